@@ -1,0 +1,69 @@
+"""`fairseq-heads`: argument parsing and wiring only; the work is in the library modules."""
+import argparse
+import os
+import sys
+from typing import List, Optional
+
+
+class CommandError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+def cmd_gates(args) -> int:
+    from .compat import load_checkpoint
+    from .gate_table import format_gate_table, gate_rows
+
+    if not os.path.isfile(args.checkpoint):
+        raise CommandError(f"checkpoint not found: {args.checkpoint}")
+    rows = gate_rows(load_checkpoint(args.checkpoint))
+    if not rows:
+        raise CommandError(f"{args.checkpoint}: no gated attention heads in this checkpoint")
+    print(format_gate_table(rows))
+    return 0
+
+
+def cmd_user_dir(args) -> int:
+    print(os.path.dirname(os.path.abspath(__file__)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="fairseq-heads",
+        description="Analyse and prune the attention heads of fairseq Transformer models.")
+    parser.add_argument("--version", action="version", version=f"fairseq-heads {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    gates = commands.add_parser("gates", help="print each gated head's P(open) and deterministic gate")
+    gates.add_argument("checkpoint", help="a gated_transformer checkpoint")
+    gates.set_defaults(run=cmd_gates)
+
+    user_dir = commands.add_parser("user-dir", help="print the path to pass to fairseq's --user-dir")
+    user_dir.set_defaults(run=cmd_user_dir)
+
+    from .commands import prepare
+
+    prepare_parser = commands.add_parser("prepare", help="clean, sentencepiece-encode and binarise "
+                                                         "a parallel corpus (or the built-in toy one)")
+    prepare.add_arguments(prepare_parser)
+    prepare_parser.set_defaults(run=prepare.run)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "run", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return args.run(args)
+    except (CommandError, ValueError, FileNotFoundError) as error:
+        print(f"fairseq-heads {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Label-smoothed cross entropy + λ · relaxed L0 norm of the head gates (Voita et al. 2019, eq. 6).
+
+Normalisation: fairseq sums the loss over the batch and divides the gradient by the batch's
+sample size (target tokens, or sentences with --sentence-avg). The penalty is added as
+λ · E[L0] · sample_size, so the objective actually optimised is
+
+    mean cross entropy per target token (per sentence with --sentence-avg) + λ · Σ_heads P(gate != 0)
+
+whatever the batch size, number of workers or --update-freq: λ values are comparable across
+them, and the logged `loss` stays the translation loss alone (comparable with an ungated model).
+"""
+import math
+from dataclasses import dataclass, field
+
+from fairseq.criterions import register_criterion
+from fairseq.criterions.label_smoothed_cross_entropy import (
+    LabelSmoothedCrossEntropyCriterion,
+    LabelSmoothedCrossEntropyCriterionConfig,
+)
+from fairseq.logging import metrics
+
+from ..models.gated_transformer import expected_l0, open_heads_per_type
+from ..modules.gated_attention import ATTENTION_TYPES
+
+
+@dataclass
+class LabelSmoothedCrossEntropyL0Config(LabelSmoothedCrossEntropyCriterionConfig):
+    l0_lambda: float = field(
+        default=0.0,
+        metadata={"help": "weight λ of the relaxed L0 penalty Σ P(gate != 0), per target token "
+                          "(per sentence with --sentence-avg)"},
+    )
+
+
+def open_heads_key(attention_type: str) -> str:
+    return "open_heads_" + attention_type.replace("-", "_")
+
+
+@register_criterion("label_smoothed_cross_entropy_l0", dataclass=LabelSmoothedCrossEntropyL0Config)
+class LabelSmoothedCrossEntropyL0Criterion(LabelSmoothedCrossEntropyCriterion):
+    def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0,
+                 report_accuracy=False, l0_lambda=0.0):
+        super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
+        if not (l0_lambda >= 0 and math.isfinite(l0_lambda)):
+            raise ValueError(f"--l0-lambda must be a finite number >= 0, got {l0_lambda}")
+        self.l0_lambda = l0_lambda
+
+    def forward(self, model, sample, reduce=True):
+        loss, sample_size, logging_output = super().forward(model, sample, reduce=reduce)
+        penalty = expected_l0(model).to(loss)
+        if self.l0_lambda > 0:
+            loss = loss + self.l0_lambda * penalty * sample_size
+        # Per-batch values with a weight, so that summing over workers and batches averages them.
+        logging_output["l0_batches"] = 1
+        logging_output["expected_l0"] = penalty.item()
+        logging_output["l0_loss"] = self.l0_lambda * penalty.item()
+        for attention_type, (opened, _) in open_heads_per_type(model).items():
+            logging_output[open_heads_key(attention_type)] = opened
+        return loss, sample_size, logging_output
+
+    @classmethod
+    def reduce_metrics(cls, logging_outputs) -> None:
+        super().reduce_metrics(logging_outputs)
+        batches = sum(log.get("l0_batches", 0) for log in logging_outputs)
+        if batches == 0:
+            return
+        metrics.log_scalar("expected_l0", sum(log.get("expected_l0", 0) for log in logging_outputs) / batches, batches, round=2)
+        metrics.log_scalar("l0_loss", sum(log.get("l0_loss", 0) for log in logging_outputs) / batches, batches, round=4)
+        for attention_type in ATTENTION_TYPES:
+            key = open_heads_key(attention_type)
+            if any(key in log for log in logging_outputs):
+                metrics.log_scalar(key, sum(log.get(key, 0) for log in logging_outputs) / batches, batches, round=1)

@@ -1,0 +1,1 @@
+from . import gated_transformer  # noqa: F401

@@ -1,0 +1,159 @@
+"""`gated_transformer`: fairseq's Transformer with Hard Concrete gates on attention heads."""
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Tuple
+
+import torch
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import (
+    TransformerModel,
+    base_architecture,
+    transformer_iwslt_de_en,
+    transformer_wmt_en_de,
+)
+from torch import nn
+
+from ..modules.gated_attention import ATTENTION_TYPES, GatedMultiheadAttention, iter_attention
+from ..modules.hard_concrete import (
+    DEFAULT_INIT_LOG_ALPHA,
+    DEFAULT_STRETCH,
+    DEFAULT_TEMPERATURE,
+    HardConcreteGate,
+)
+
+
+def parse_attention_types(value: str, option: str = "--gated-attention") -> FrozenSet[str]:
+    """'enc-self,enc-dec' -> {'enc-self', 'enc-dec'}; unknown names are an error naming `option`."""
+    names = [name.strip() for name in str(value).split(",") if name.strip()]
+    unknown = [name for name in names if name not in ATTENTION_TYPES]
+    if unknown or not names:
+        raise ValueError(f"{option}: unknown attention type(s) {unknown or [value]}; "
+                         f"choose a comma list of {', '.join(ATTENTION_TYPES)}")
+    return frozenset(names)
+
+
+def add_gate_args(parser) -> None:
+    group = parser  # fairseq passes a group already; nesting groups is deprecated
+    group.add_argument("--gated-attention", type=str, metavar="TYPES",
+                       help="comma list of attention types whose heads get gates: "
+                            "enc-self, dec-self, enc-dec (default: enc-self)")
+    group.add_argument("--gate-temperature", type=float, metavar="T",
+                       help=f"Hard Concrete temperature (default {DEFAULT_TEMPERATURE:.4g})")
+    group.add_argument("--gate-stretch-low", type=float, metavar="L",
+                       help=f"Hard Concrete stretch, lower end (default {DEFAULT_STRETCH[0]})")
+    group.add_argument("--gate-stretch-high", type=float, metavar="H",
+                       help=f"Hard Concrete stretch, upper end (default {DEFAULT_STRETCH[1]})")
+    group.add_argument("--gate-init-log-alpha", type=float, metavar="A",
+                       help=f"initial log-alpha of new gates (default {DEFAULT_INIT_LOG_ALPHA}: open)")
+    group.add_argument("--train-gates-only", action="store_true",
+                       help="freeze every parameter except the gates")
+    group.add_argument("--freeze-decoder", action="store_true",
+                       help="freeze the decoder (and embeddings shared with it), as in the "
+                            "paper's encoder-only pruning runs; decoder gates stay trainable")
+
+
+def gate_defaults(args) -> None:
+    args.gated_attention = getattr(args, "gated_attention", None) or "enc-self"
+    args.gate_temperature = getattr(args, "gate_temperature", None) or DEFAULT_TEMPERATURE
+    if getattr(args, "gate_stretch_low", None) is None:
+        args.gate_stretch_low = DEFAULT_STRETCH[0]
+    if getattr(args, "gate_stretch_high", None) is None:
+        args.gate_stretch_high = DEFAULT_STRETCH[1]
+    if getattr(args, "gate_init_log_alpha", None) is None:
+        args.gate_init_log_alpha = DEFAULT_INIT_LOG_ALPHA
+    args.train_gates_only = getattr(args, "train_gates_only", False)
+    args.freeze_decoder = getattr(args, "freeze_decoder", False)
+
+
+def add_gates(model: nn.Module, args) -> nn.Module:
+    """Gate the heads of every attention block of the types named in args.gated_attention."""
+    gated_types = parse_attention_types(args.gated_attention)
+    for attention_type, _, attention in iter_attention(model):
+        if attention_type in gated_types:
+            gate = HardConcreteGate(attention.num_heads, temperature=args.gate_temperature,
+                                    stretch=(args.gate_stretch_low, args.gate_stretch_high),
+                                    init_log_alpha=args.gate_init_log_alpha)
+            GatedMultiheadAttention.from_attention(attention, gate)
+    return model
+
+
+def freeze_parameters(model: nn.Module, args) -> None:
+    if args.train_gates_only:
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad = name.endswith("gate.log_alpha")
+    if args.freeze_decoder:
+        for name, parameter in model.decoder.named_parameters():
+            if not name.endswith("gate.log_alpha"):
+                parameter.requires_grad = False
+
+
+def iter_gates(model: nn.Module) -> Iterator[Tuple[str, int, HardConcreteGate]]:
+    """(attention type, layer, gate) for every gated attention block of any fairseq model."""
+    for attention_type, layer, attention in iter_attention(model):
+        if isinstance(attention, GatedMultiheadAttention):
+            yield attention_type, layer, attention.gate
+
+
+def expected_l0(model: nn.Module) -> torch.Tensor:
+    """Σ over gated heads of P(gate != 0), differentiable in the log-alphas."""
+    terms = [gate.expected_l0() for _, _, gate in iter_gates(model)]
+    return torch.stack(terms).sum() if terms else torch.zeros(())
+
+
+def open_heads_per_type(model: nn.Module) -> Dict[str, Tuple[int, int]]:
+    """{attention type: (heads open, heads gated)} by the deterministic-gate > 0 rule."""
+    counts: Dict[str, List[int]] = {}
+    for attention_type, _, gate in iter_gates(model):
+        opened, total = counts.setdefault(attention_type, [0, 0])
+        counts[attention_type] = [opened + int(gate.is_open().sum()), total + gate.num_gates]
+    return {t: (c[0], c[1]) for t, c in counts.items()}
+
+
+@register_model("gated_transformer")
+class GatedTransformerModel(TransformerModel):
+    """Transformer whose attention heads (of the types in --gated-attention) carry Hard
+    Concrete gates. Loads plain `transformer` checkpoints of the same sizes (gates start open)."""
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        add_gate_args(parser)
+
+    @classmethod
+    def build_model(cls, args, task):
+        gate_defaults(args)
+        parse_attention_types(args.gated_attention)  # fail before building anything
+        model = add_gates(super().build_model(args, task), args)
+        freeze_parameters(model, args)
+        return model
+
+
+def gated_base_architecture(args):
+    gate_defaults(args)
+    base_architecture(args)
+
+
+@register_model_architecture("gated_transformer", "gated_transformer")
+def gated_transformer(args):
+    gated_base_architecture(args)
+
+
+@register_model_architecture("gated_transformer", "gated_transformer_wmt_en_de")
+def gated_transformer_wmt_en_de(args):
+    gate_defaults(args)
+    transformer_wmt_en_de(args)
+
+
+@register_model_architecture("gated_transformer", "gated_transformer_iwslt_de_en")
+def gated_transformer_iwslt_de_en(args):
+    gate_defaults(args)
+    transformer_iwslt_de_en(args)
+
+
+@register_model_architecture("gated_transformer", "gated_transformer_tiny")
+def gated_transformer_tiny(args):
+    """2+2 layers, d=64, 4 heads: the size of the demo and the tests."""
+    for side in ("encoder", "decoder"):
+        setattr(args, f"{side}_layers", getattr(args, f"{side}_layers", 2))
+        setattr(args, f"{side}_embed_dim", getattr(args, f"{side}_embed_dim", 64))
+        setattr(args, f"{side}_ffn_embed_dim", getattr(args, f"{side}_ffn_embed_dim", 128))
+        setattr(args, f"{side}_attention_heads", getattr(args, f"{side}_attention_heads", 4))
+    gated_base_architecture(args)

@@ -1,0 +1,1 @@
+from . import translation_heads  # noqa: F401

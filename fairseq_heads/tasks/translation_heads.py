@@ -1,0 +1,74 @@
+"""`translation_heads`: fairseq's translation task with head masks and a per-head gate trace."""
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch.distributed as dist
+from fairseq.tasks import register_task
+from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+from ..head_masks import apply_head_mask, load_head_mask
+from ..models.gated_transformer import iter_gates
+
+
+@dataclass
+class TranslationHeadsConfig(TranslationConfig):
+    head_mask: Optional[str] = field(
+        default=None,
+        metadata={"help": "JSON head mask (see fairseq_heads/head_masks.py): the masked heads are "
+                          "switched off in training, validation and generation"},
+    )
+    gate_trace: Optional[str] = field(
+        default=None,
+        metadata={"help": "append every gated head's P(open) and deterministic gate to this "
+                          "JSON-lines file during training"},
+    )
+    gate_trace_interval: int = field(
+        default=50, metadata={"help": "updates between two --gate-trace records"}
+    )
+
+
+def is_first_worker() -> bool:
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
+def gate_record(model, update: int) -> dict:
+    heads = []
+    for attention_type, layer, gate in iter_gates(model):
+        for head, (p_open, value) in enumerate(zip(gate.prob_open().tolist(),
+                                                   gate.is_open().float().tolist())):
+            heads.append({"type": attention_type, "layer": layer, "head": head,
+                          "p_open": round(p_open, 5), "open": int(value)})
+    return {"update": update, "heads": heads}
+
+
+@register_task("translation_heads", dataclass=TranslationHeadsConfig)
+class TranslationHeadsTask(TranslationTask):
+    cfg: TranslationHeadsConfig
+
+    def __init__(self, cfg, src_dict, tgt_dict):
+        super().__init__(cfg, src_dict, tgt_dict)
+        if cfg.head_mask:
+            self.head_mask = load_head_mask(cfg.head_mask)  # fail early, naming the file
+        if cfg.gate_trace_interval < 1:
+            raise ValueError(f"--gate-trace-interval must be >= 1, got {cfg.gate_trace_interval}")
+        self._last_traced_update = None
+
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint)
+        if self.cfg.head_mask:
+            apply_head_mask(model, self.head_mask, source=self.cfg.head_mask)
+        return model
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        if self.cfg.gate_trace and update_num % self.cfg.gate_trace_interval == 0 \
+                and update_num != self._last_traced_update and is_first_worker():
+            self._last_traced_update = update_num
+            self._append_gate_trace(model, update_num)
+        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+
+    def _append_gate_trace(self, model, update_num):
+        os.makedirs(os.path.dirname(os.path.abspath(self.cfg.gate_trace)), exist_ok=True)
+        with open(self.cfg.gate_trace, "a", encoding="utf-8") as f:
+            f.write(json.dumps(gate_record(model, update_num)) + "\n")
