@@ -9,4 +9,4 @@ from .compat import patch_fairseq_checkpoint_loading
 
 patch_fairseq_checkpoint_loading()
 
-from . import criterions, models, tasks  # noqa: E402,F401  (registration)
+from . import criterions, models, optim, tasks  # noqa: E402,F401  (registration)

@@ -97,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"data-bin: {result.data_bin}")
     print(f"sentencepiece model: {result.spm_model}")
     print(f"steps run: {', '.join(result.steps_run) or '-'}; skipped (done): {', '.join(result.steps_skipped) or '-'}")
-    for split, counts in result.clean_report.items():
+    for split in result.splits:
+        counts = result.clean_report[split]
         dropped = {k: v for k, v in counts.items() if k not in ("input", "kept") and v}
         print(f"{split}: {counts['kept']} of {counts['input']} pairs kept" + (f", dropped {dropped}" if dropped else ""))
     return 0
@@ -107,5 +108,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fairseq_heads.data.prepare", description=__doc__.split("\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
+                        force=True)  # importing fairseq may have configured logging already
     return run(args)

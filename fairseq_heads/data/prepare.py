@@ -371,9 +371,9 @@ def run_clean(config: PrepareConfig, paths: WorkPaths) -> Dict[str, Dict[str, in
                     if len(items) != len(src):
                         raise DataPrepError(f"{side_path}: {len(items)} entries for {len(src)} sentences")
                     write_side_file(out.path / f"{split}.{kind}", kind, [items[i] for i in kept])
-            dropped = counts["input"] - counts["kept"]
-            logger.info("clean %s: kept %d of %d pairs %s", split, counts["kept"], counts["input"],
-                        {k: v for k, v in counts.items() if k not in ("input", "kept") and v} if dropped else "")
+            dropped = {k: v for k, v in counts.items() if k not in ("input", "kept") and v}
+            logger.info("clean %s: kept %d of %d pairs%s", split, counts["kept"], counts["input"],
+                        f", dropped {dropped}" if dropped else "")
         if report["train"]["kept"] == 0:
             raise DataPrepError("clean: no training pair survived cleaning (check --max-len/--max-ratio)")
         for f in ("lexicon.tsv",):  # synthetic corpus metadata travels with the text

@@ -55,6 +55,11 @@ def prob_one(log_alpha: Tensor, temperature: float, low: float, high: float) -> 
     return torch.sigmoid(log_alpha - temperature * math.log((1.0 - low) / (high - 1.0)))
 
 
+def is_gate_parameter(parameter: Tensor) -> bool:
+    """Marks gate log-alphas for optimizers (e.g. `gate_adam`), which see parameters, not names."""
+    return getattr(parameter, "is_head_gate", False)
+
+
 class HardConcreteGate(nn.Module):
     """One trainable gate per head.
 
@@ -70,6 +75,7 @@ class HardConcreteGate(nn.Module):
         self.temperature = temperature
         self.low, self.high = stretch
         self.log_alpha = nn.Parameter(torch.full((num_gates,), float(init_log_alpha)))
+        self.log_alpha.is_head_gate = True
         # Not persistent: a mask is a property of how the model is used, not of its weights.
         self.register_buffer("fixed_mask", None, persistent=False)
 

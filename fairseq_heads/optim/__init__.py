@@ -1,0 +1,1 @@
+from . import gate_adam  # noqa: F401
