@@ -49,6 +49,29 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "a parallel corpus (or the built-in toy one)")
     prepare.add_arguments(prepare_parser)
     prepare_parser.set_defaults(run=prepare.run)
+
+    # --- pruning (fairseq_heads/pruning, docs/pruning.md) ---
+    from .commands import curve, prune
+
+    prune_parser = commands.add_parser("prune", help="physically remove heads: a smaller, faster "
+                                                     "gated_transformer checkpoint")
+    prune.add_arguments(prune_parser)
+    prune_parser.set_defaults(run=prune.run)
+    curve_parser = commands.add_parser("curve", help="BLEU as the lowest-scoring heads are removed "
+                                                     "step by step (Michel et al. 2019); CSV + plot")
+    curve.add_arguments(curve_parser)
+    curve_parser.set_defaults(run=curve.run)
+
+    from .commands import stats
+
+    stats_parser = commands.add_parser("stats", help="per-head statistics of a translation model "
+                                                     "on a data subset: tables and heatmaps")
+    stats.add_stats_arguments(stats_parser)
+    stats_parser.set_defaults(run=stats.run_stats)
+    plot_parser = commands.add_parser("plot", help="redraw the figures of a `stats` folder "
+                                                   "from its tables")
+    stats.add_plot_arguments(plot_parser)
+    plot_parser.set_defaults(run=stats.run_plot)
     return parser
 
 

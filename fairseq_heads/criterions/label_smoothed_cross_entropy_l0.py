@@ -11,6 +11,7 @@ them, and the logged `loss` stays the translation loss alone (comparable with an
 """
 import math
 from dataclasses import dataclass, field
+from typing import Optional
 
 from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import (
@@ -20,6 +21,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 from fairseq.logging import metrics
 
 from ..models.gated_transformer import expected_l0, open_heads_per_type
+from ..pruning.lagrangian import HeadCountLagrangian, reduce_lagrangian_metrics
 from ..modules.gated_attention import ATTENTION_TYPES
 
 
@@ -30,6 +32,14 @@ class LabelSmoothedCrossEntropyL0Config(LabelSmoothedCrossEntropyCriterionConfig
         metadata={"help": "weight λ of the relaxed L0 penalty Σ P(gate != 0), per target token "
                           "(per sentence with --sentence-avg)"},
     )
+    # --- extension: --target-heads (fairseq_heads/pruning/lagrangian.py) ---
+    target_heads: Optional[str] = field(
+        default=None,
+        metadata={"help": "train toward exactly K open heads: K (all gated heads) or "
+                          "TYPE:K,... (e.g. enc-self:10,enc-dec:20); adds a Lagrangian "
+                          "λ1 (E[L0] - K) + λ2 (E[L0] - K)^2 with trainable multipliers, and the "
+                          "end model keeps the top-K log-alphas (see pruning/head_target.py)"},
+    )
 
 
 def open_heads_key(attention_type: str) -> str:
@@ -39,17 +49,24 @@ def open_heads_key(attention_type: str) -> str:
 @register_criterion("label_smoothed_cross_entropy_l0", dataclass=LabelSmoothedCrossEntropyL0Config)
 class LabelSmoothedCrossEntropyL0Criterion(LabelSmoothedCrossEntropyCriterion):
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0,
-                 report_accuracy=False, l0_lambda=0.0):
+                 report_accuracy=False, l0_lambda=0.0, target_heads=None):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         if not (l0_lambda >= 0 and math.isfinite(l0_lambda)):
             raise ValueError(f"--l0-lambda must be a finite number >= 0, got {l0_lambda}")
         self.l0_lambda = l0_lambda
+        # --target-heads extension: the multipliers are criterion parameters (fairseq's
+        # trainer optimises the criterion's parameters with the model's).
+        self.head_count_lagrangian = HeadCountLagrangian(target_heads) if target_heads else None
 
     def forward(self, model, sample, reduce=True):
         loss, sample_size, logging_output = super().forward(model, sample, reduce=reduce)
         penalty = expected_l0(model).to(loss)
         if self.l0_lambda > 0:
             loss = loss + self.l0_lambda * penalty * sample_size
+        if self.head_count_lagrangian is not None:  # --target-heads extension
+            lagrangian, logs = self.head_count_lagrangian(model)
+            loss = loss + lagrangian.to(loss) * sample_size
+            logging_output.update(logs)
         # Per-batch values with a weight, so that summing over workers and batches averages them.
         logging_output["l0_batches"] = 1
         logging_output["expected_l0"] = penalty.item()
@@ -70,3 +87,4 @@ class LabelSmoothedCrossEntropyL0Criterion(LabelSmoothedCrossEntropyCriterion):
             key = open_heads_key(attention_type)
             if any(key in log for log in logging_outputs):
                 metrics.log_scalar(key, sum(log.get(key, 0) for log in logging_outputs) / batches, batches, round=1)
+        reduce_lagrangian_metrics(logging_outputs, batches)  # --target-heads extension

@@ -116,12 +116,21 @@ class GatedTransformerModel(TransformerModel):
     def add_args(cls, parser):
         super().add_args(parser)
         add_gate_args(parser)
+        # --- physical pruning (fairseq_heads/pruning) ---
+        parser.add_argument("--head-layout", type=str, metavar="JSON",
+                            help="pruned attention shapes, written by `fairseq-heads prune` "
+                                 "(kept original head indices per type and layer)")
 
     @classmethod
     def build_model(cls, args, task):
         gate_defaults(args)
         parse_attention_types(args.gated_attention)  # fail before building anything
         model = add_gates(super().build_model(args, task), args)
+        # --- physical pruning (fairseq_heads/pruning): rebuild a pruned checkpoint's smaller
+        # attention blocks before fairseq loads its state dict, and re-install the top-K head
+        # rule of a --target-heads run (model options head_layout / head_target). ---
+        from ..pruning.physical import apply_head_layout  # lazy: pruning.checkpoint imports this module
+        model = apply_head_layout(model, args)
         freeze_parameters(model, args)
         return model
 

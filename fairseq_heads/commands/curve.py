@@ -1,0 +1,79 @@
+"""`fairseq-heads curve`: BLEU as the lowest-scoring heads are removed (Michel et al. 2019).
+
+Argument parsing and wiring only; the work is in `fairseq_heads.pruning.curve`.
+"""
+import argparse
+import os
+import tempfile
+
+from ..pruning.importance import METRICS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("data", metavar="DATA_BIN", help="fairseq data-bin directory")
+    parser.add_argument("--path", required=True, metavar="CHECKPOINT", help="model checkpoint")
+    parser.add_argument("--scores", required=True, metavar="HEADS.csv",
+                        help="per-head scores: columns type,layer,head,<metric>")
+    parser.add_argument("--metric", required=True, metavar="|".join(METRICS), help="score column")
+    parser.add_argument("--steps", required=True, metavar="N,N,...",
+                        help="increasing numbers of heads removed at which to measure BLEU, e.g. 0,4,8,16")
+    parser.add_argument("--rescore", action="store_true",
+                        help="after each step, re-score the remaining heads with the gradient metric")
+    parser.add_argument("--out", default="pruning_curve.csv", metavar="CURVE.csv",
+                        help="CSV output; the plot goes next to it as .png (default: %(default)s)")
+    parser.add_argument("--overlay", metavar="L0_POINTS.csv",
+                        help="also plot L0-pruned models: columns heads_kept,bleu,label")
+    parser.add_argument("--gen-subset", default="test", help="subset to translate (default: %(default)s)")
+    parser.add_argument("--limit", type=int, metavar="N", help="only the first N sentences of the subset")
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    parser.add_argument("--remove-bpe", default="sentencepiece",
+                        help="fairseq's --remove-bpe before BLEU (default: %(default)s; 'none' to keep)")
+    parser.add_argument("--source-lang", "-s", default=None)
+    parser.add_argument("--target-lang", "-t", default=None)
+
+
+def run(args) -> int:
+    from fairseq import checkpoint_utils
+
+    from ..cli import CommandError
+    from ..compat import patch_fairseq_checkpoint_loading
+    from ..head_masks import model_head_shape, write_atomic
+    from ..pruning.curve import curve_csv, parse_steps, plot_curve, pruning_curve, read_overlay
+    from ..pruning.importance import check_scores_match_model, read_head_scores
+
+    if not os.path.isfile(args.path):
+        raise CommandError(f"checkpoint not found: {args.path}")
+    scores = read_head_scores(args.scores, args.metric)
+    overlay = read_overlay(args.overlay) if args.overlay else []
+    overrides = {"data": args.data}
+    if args.source_lang:
+        overrides["source_lang"] = args.source_lang
+    if args.target_lang:
+        overrides["target_lang"] = args.target_lang
+    patch_fairseq_checkpoint_loading()
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([args.path], arg_overrides=overrides)
+    model = models[0]
+    check_scores_match_model(scores, model_head_shape(model), args.scores)
+    steps = parse_steps(args.steps, sum(len(r) for rows in scores.values() for r in rows))
+    remove_bpe = None if args.remove_bpe == "none" else args.remove_bpe
+
+    def progress(point):
+        print(f"heads removed {point.heads_removed:>3}  kept {point.heads_kept:>3}  BLEU {point.bleu:6.2f}", flush=True)
+
+    points = pruning_curve(model, task, args.gen_subset, scores, steps, rescore=args.rescore,
+                           beam=args.beam, batch_size=args.batch_size, remove_bpe=remove_bpe,
+                           limit=args.limit, progress=progress)
+    write_atomic(args.out, curve_csv(points))
+    png = os.path.splitext(args.out)[0] + ".png"
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(png)), prefix=".tmp-", suffix=".png")
+    os.close(fd)
+    try:
+        plot_curve(points, tmp, f"{args.metric}{' (rescored)' if args.rescore else ''}", overlay)
+        os.replace(tmp, png)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    print(f"sacreBLEU signature: {points[0].signature}")
+    print(f"wrote {args.out} and {png}")
+    return 0

@@ -1,0 +1,56 @@
+"""`fairseq-heads prune`: a checkpoint -> a smaller, physically pruned `gated_transformer` checkpoint.
+
+Argument parsing and wiring only; the work is in `fairseq_heads.pruning`.
+"""
+import argparse
+import os
+
+from ..pruning.importance import METRICS, check_scores_match_model, keep_top_k, read_head_scores
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--path", required=True, metavar="CHECKPOINT",
+                        help="a fairseq transformer or gated_transformer checkpoint")
+    parser.add_argument("--out", required=True, metavar="PRUNED.pt",
+                        help="where to write the pruned checkpoint (written atomically)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from-gates", action="store_true",
+                        help="keep the heads whose gates are open: deterministic gate > 0, or the "
+                             "top-K log-alphas for a model trained with --target-heads")
+    source.add_argument("--from-importance", metavar="HEADS.csv",
+                        help="per-head scores (columns type,layer,head,<metric>, e.g. from "
+                             "`fairseq-heads stats`); keeps the --keep highest-scoring heads")
+    parser.add_argument("--metric", choices=None, metavar="|".join(METRICS),
+                        help="score column to rank heads by (with --from-importance)")
+    parser.add_argument("--keep", type=int, metavar="K",
+                        help="heads to keep, in total over the scored types (or per type with --per-type)")
+    parser.add_argument("--per-type", action="store_true", help="--keep K heads of each scored attention type")
+
+
+def run(args) -> int:
+    from ..cli import CommandError
+    from ..head_masks import head_mask_from_gates, model_head_shape
+    from ..models.gated_transformer import iter_gates
+    from ..pruning.checkpoint import format_prune_result, prune_checkpoint
+
+    if args.from_importance:
+        if args.metric is None or args.keep is None:
+            raise CommandError("--from-importance needs --metric and --keep")
+        scores = read_head_scores(args.from_importance, args.metric)  # checks the metric name first
+    elif args.metric is not None or args.keep is not None or args.per_type:
+        raise CommandError("--metric, --keep and --per-type go with --from-importance")
+    if os.path.abspath(args.out) == os.path.abspath(args.path):
+        raise CommandError("--out must differ from --path")
+
+    def choose_mask(model):
+        if args.from_gates:
+            if not any(True for _ in iter_gates(model)):
+                raise CommandError(f"{args.path}: no gated heads in this checkpoint (use --from-importance)")
+            return head_mask_from_gates(model)
+        check_scores_match_model(scores, model_head_shape(model), args.from_importance)
+        return keep_top_k(scores, args.keep, per_type=args.per_type)
+
+    result = prune_checkpoint(args.path, args.out, choose_mask)
+    print(format_prune_result(result))
+    print(f"wrote {args.out}")
+    return 0

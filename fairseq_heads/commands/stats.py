@@ -1,0 +1,96 @@
+"""`fairseq-heads stats` and `fairseq-heads plot`: argument parsing and wiring only.
+
+The work is in `fairseq_heads.stats` (computation) and `fairseq_heads.stats_output` (files).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+
+from fairseq_heads.analysis.labels import LabelThresholds, PAPER_THRESHOLDS
+from fairseq_heads.analysis.positional import DEFAULT_OFFSETS
+from fairseq_heads.analysis.streaming import DEFAULT_REPLICATES, DEFAULT_SEED
+
+logger = logging.getLogger("fairseq_heads.stats")
+
+
+def add_stats_arguments(parser: argparse.ArgumentParser) -> None:
+    from fairseq_heads.stats import DEFAULT_METRICS, METRICS
+
+    parser.add_argument("data", metavar="DATA_BIN", help="fairseq data-bin directory")
+    parser.add_argument("--path", required=True, metavar="CHECKPOINT",
+                        help="translation checkpoint (transformer or gated_transformer)")
+    parser.add_argument("--gen-subset", default="valid", metavar="SUBSET",
+                        help="data subset to score, teacher forced (default: %(default)s)")
+    parser.add_argument("--out-dir", required=True, metavar="DIR",
+                        help="where heads.csv, heads.json, agreement.json and *.png go")
+    parser.add_argument("--metrics", default=None, metavar="LIST",
+                        help=f"comma list of {', '.join(METRICS)} (default: "
+                             f"{','.join(DEFAULT_METRICS)}, plus syntactic with --conllu)")
+    parser.add_argument("--conllu", default=None, metavar="SRC.conllu",
+                        help="gold parses of the source side, one per sentence in dataset order "
+                             "(plain or .gz); enables the syntactic metric")
+    parser.add_argument("--lrp-normalise", choices=("step", "sentence"), default="sentence",
+                        help="normalise head relevance per target position (the paper; one "
+                             "backward per position) or per sentence (default: %(default)s)")
+    parser.add_argument("--grad-normalise", choices=("none", "layer"), default="none",
+                        help="gradient importance: raw, or divided by each layer's L2 norm "
+                             "(Michel et al.) (default: %(default)s)")
+    parser.add_argument("--offsets", default=",".join(str(k) for k in DEFAULT_OFFSETS),
+                        help="relative offsets for positional heads (default: %(default)s)")
+    parser.add_argument("--positional-threshold", type=float, default=PAPER_THRESHOLDS.positional)
+    parser.add_argument("--rare-threshold", type=float, default=PAPER_THRESHOLDS.rare)
+    parser.add_argument("--syntactic-margin", type=float, default=PAPER_THRESHOLDS.syntactic_margin)
+    parser.add_argument("--bootstrap-replicates", type=int, default=DEFAULT_REPLICATES)
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
+    parser.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch")
+    parser.add_argument("--batch-size", type=int, default=None, help="sentences per batch")
+    parser.add_argument("--cpu", action="store_true", help="run on CPU even if CUDA is available")
+    parser.add_argument("-s", "--source-lang", default=None)
+    parser.add_argument("-t", "--target-lang", default=None)
+    parser.add_argument("--log-format", default=None, choices=("none", "simple", "tqdm", "json"),
+                        help="fairseq progress bar format")
+
+
+def _offsets(value: str):
+    try:
+        return tuple(int(k) for k in value.split(",") if k.strip())
+    except ValueError:
+        raise ValueError(f"--offsets: expected a comma list of integers, got {value!r}") from None
+
+
+def run_stats(args) -> int:
+    import fairseq_heads  # noqa: F401  (registers the user dir: model, task, criterion)
+    from fairseq_heads.stats import StatsOptions, compute_head_statistics, parse_metrics
+    from fairseq_heads.stats_output import write_statistics
+
+    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
+                        level=logging.INFO)
+    metrics = parse_metrics(args.metrics) if args.metrics else None
+    options = StatsOptions(
+        conllu=args.conllu, lrp_normalise=args.lrp_normalise, grad_normalise=args.grad_normalise,
+        offsets=_offsets(args.offsets),
+        thresholds=LabelThresholds(args.positional_threshold, args.rare_threshold,
+                                   args.syntactic_margin),
+        replicates=args.bootstrap_replicates, seed=args.seed, max_tokens=args.max_tokens,
+        batch_size=args.batch_size, cpu=args.cpu, source_lang=args.source_lang,
+        target_lang=args.target_lang, log_format=args.log_format)
+    if metrics is not None:
+        options.metrics = metrics
+    statistics = compute_head_statistics(args.data, args.path, args.gen_subset, options)
+    written = write_statistics(statistics, args.out_dir)
+    logger.info("%d heads, %d sentences; wrote %d files to %s", len(statistics.rows),
+                statistics.meta["sentences"], len(written), args.out_dir)
+    return 0
+
+
+def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("directory", metavar="DIR", help="an output folder of `fairseq-heads stats`")
+
+
+def run_plot(args) -> int:
+    from fairseq_heads.stats_output import redraw_figures
+
+    for path in redraw_figures(args.directory):
+        print(path)
+    return 0

@@ -1,0 +1,126 @@
+"""Prune a fairseq checkpoint file into a smaller `gated_transformer` checkpoint.
+
+The model is rebuilt from the checkpoint alone: a Transformer only needs its dictionaries'
+sizes (and pad index, fairseq's default) to be built, and those are read off the embedding
+matrices, so no data directory is needed. The saved checkpoint keeps the original options with
+the arch switched to `gated_transformer` and the layout in `head_layout`; fairseq's CLIs with
+`--user-dir fairseq_heads` rebuild its shapes (see `physical.apply_head_layout`).
+"""
+import copy
+import os
+import tempfile
+from argparse import Namespace
+from typing import Callable, Dict, List, NamedTuple
+
+import torch
+from fairseq import models
+from fairseq.data import Dictionary
+from omegaconf import OmegaConf
+from torch import nn
+
+from ..compat import load_checkpoint
+from ..gate_table import model_args
+from ..head_masks import model_head_shape
+from ..models.gated_transformer import GatedTransformerModel, add_gates, gate_defaults
+from .physical import HeadLayout, HeadPruningError, count_parameters, head_layout, physically_prune
+
+
+def _placeholder_dictionary(size: int) -> Dictionary:
+    dictionary = Dictionary()  # bos, pad=1, eos, unk: fairseq's defaults
+    for i in range(size - len(dictionary)):
+        dictionary.add_symbol(f"<placeholder{i}>")
+    return dictionary
+
+
+class _DictionariesOnly(Namespace):
+    """What `TransformerModel.build_model` reads from a task."""
+
+
+def build_model_from_state(state: dict) -> nn.Module:
+    args = copy.deepcopy(model_args(state))
+    if args is None:
+        raise HeadPruningError("checkpoint has no model options (cfg.model / args)")
+    if not isinstance(args, Namespace):  # hydra-style model config
+        args = Namespace(**OmegaConf.to_container(args, resolve=True))
+    weights = state["model"]
+    if "encoder.embed_tokens.weight" not in weights or "decoder.embed_tokens.weight" not in weights:
+        raise HeadPruningError("checkpoint is not an encoder-decoder Transformer")
+    task = _DictionariesOnly(
+        source_dictionary=_placeholder_dictionary(weights["encoder.embed_tokens.weight"].size(0)),
+        target_dictionary=_placeholder_dictionary(weights["decoder.embed_tokens.weight"].size(0)))
+    model = models.build_model(args, task)
+    model.load_state_dict(weights, strict=True, model_cfg=args)
+    return model.eval()
+
+
+def as_gated_transformer(model: nn.Module) -> nn.Module:
+    """A plain `transformer` becomes a `gated_transformer` (the default enc-self gates, which
+    start open: deterministic gate 1, so the function is unchanged)."""
+    if isinstance(model, GatedTransformerModel):
+        return model
+    args = model.args
+    args.arch = args._name = "gated_transformer"
+    gate_defaults(args)
+    add_gates(model, args)
+    return model
+
+
+def checkpoint_state_to_save(state: dict, model: nn.Module) -> dict:
+    new_state = {k: v for k, v in state.items() if k != "last_optimizer_state"}  # wrong shapes now
+    cfg = state["cfg"]
+    cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True) if OmegaConf.is_config(cfg) else dict(cfg)
+    cfg["model"] = model.args
+    new_state["cfg"] = cfg
+    new_state["args"] = None
+    new_state["model"] = model.state_dict()
+    return new_state
+
+
+def save_atomic(obj, path: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+class PruneResult(NamedTuple):
+    heads_before: Dict[str, List[int]]
+    layout: HeadLayout
+    parameters_before: int
+    parameters_after: int
+
+
+def prune_checkpoint(path: str, out: str, choose_mask: Callable[[nn.Module], Dict]) -> PruneResult:
+    """Load `path`, prune the heads `choose_mask(model)` marks 0, save to `out` atomically
+    (nothing is written if anything fails)."""
+    if not os.path.isfile(path):
+        raise HeadPruningError(f"checkpoint not found: {path}")
+    state = load_checkpoint(path)
+    model = build_model_from_state(state)
+    heads_before = model_head_shape(model)
+    mask = choose_mask(model)  # before the gated conversion: it may depend on gates (or their absence)
+    parameters_before = count_parameters(model)
+    model = as_gated_transformer(model)
+    physically_prune(model, mask)
+    new_state = checkpoint_state_to_save(state, model)
+    save_atomic(new_state, out)
+    return PruneResult(heads_before, head_layout(model), parameters_before, count_parameters(model))
+
+
+def format_prune_result(result: PruneResult) -> str:
+    lines = ["heads kept (type, layer: kept/total [original indices])"]
+    for attention_type, rows in result.layout.items():
+        total_kept = sum(len(r) for r in rows)
+        total = sum(result.heads_before[attention_type])
+        lines.append(f"{attention_type}: {total_kept}/{total}")
+        for layer, kept in enumerate(rows):
+            lines.append(f"  layer {layer}: {len(kept)}/{result.heads_before[attention_type][layer]} {kept}")
+    ratio = result.parameters_after / result.parameters_before
+    lines.append(f"parameters: {result.parameters_before:,} -> {result.parameters_after:,} ({ratio:.1%})")
+    return "\n".join(lines)

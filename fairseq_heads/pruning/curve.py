@@ -1,0 +1,209 @@
+"""Michel et al. (2019)'s pruning curve: remove the lowest-scoring heads step by step, BLEU at each.
+
+Heads are switched off with a head mask (fixed gates, `head_masks.apply_head_mask`): the same
+function as the physically pruned model, without rebuilding anything between steps. Generation
+runs in-process through fairseq's own task, batch iterator and SequenceGenerator; BLEU is
+sacreBLEU's corpus BLEU (default 13a tokenisation) on detokenised (BPE-removed) text, as
+`fairseq-generate --scoring sacrebleu` computes it.
+
+Rescoring (optional, after every step) uses the gradient metric of Michel et al.:
+|∂L/∂ξ_h| for the head mask ξ, L the label-smoothing-free NLL of the references, accumulated per
+batch (not per sentence, a cheaper approximation) and L2-normalised within each layer.
+"""
+import csv
+import io
+from argparse import Namespace
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence
+
+import torch
+from fairseq import utils
+from fairseq.data import iterators
+from torch import nn
+
+from ..head_masks import apply_head_mask
+from ..models.gated_transformer import iter_gates
+from .importance import HeadScores
+from .physical import HeadPruningError
+
+
+class CurvePoint(NamedTuple):
+    heads_removed: int
+    heads_kept: int
+    bleu: float
+    signature: str
+    removed: str  # the heads removed so far, "type:layer:head;..."
+
+
+def parse_steps(text: str, total_heads: int) -> List[int]:
+    try:
+        steps = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise HeadPruningError(f"--steps: expected comma-separated head counts, got {text!r}") from None
+    if not steps or steps != sorted(set(steps)) or steps[0] < 0 or steps[-1] > total_heads:
+        raise HeadPruningError(f"--steps: expected increasing numbers of heads to remove in "
+                               f"0..{total_heads}, got {text!r}")
+    return steps
+
+
+def batches(task, subset: str, model: nn.Module, batch_size: int,
+            limit: Optional[int] = None) -> Iterator[dict]:
+    """The subset's sentences (the first `limit` by id), batched by length, in a fixed order."""
+    task.load_dataset(subset)
+    dataset = task.dataset(subset)
+    indices = dataset.ordered_indices()
+    if limit is not None:
+        indices = indices[indices < limit]
+    indices, _ = dataset.filter_indices_by_size(
+        indices, utils.resolve_max_positions(task.max_positions(), model.max_positions()))
+    batch_sampler = dataset.batch_by_size(indices, max_sentences=batch_size)
+    return iterators.EpochBatchIterator(dataset, dataset.collater, batch_sampler,
+                                        num_workers=0).next_epoch_itr(shuffle=False)
+
+
+def translate(model: nn.Module, task, subset: str, beam: int = 5, batch_size: int = 64,
+              remove_bpe: Optional[str] = "sentencepiece", limit: Optional[int] = None,
+              max_len_b: int = 200):
+    """(hypotheses, references) as detokenised strings, in sentence-id order."""
+    model.eval()
+    generator = task.build_generator([model], Namespace(beam=beam, max_len_b=max_len_b))
+    tgt_dict = task.target_dictionary
+    strip = generator.symbols_to_strip_from_output if hasattr(generator, "symbols_to_strip_from_output") else None
+    out = {}
+    with torch.no_grad():
+        for sample in batches(task, subset, model, batch_size, limit):
+            hypos = task.inference_step(generator, [model], sample)
+            for i, sentence_id in enumerate(sample["id"].tolist()):
+                reference = utils.strip_pad(sample["target"][i], tgt_dict.pad())
+                out[sentence_id] = (
+                    tgt_dict.string(hypos[i][0]["tokens"].int().cpu(), remove_bpe,
+                                    extra_symbols_to_ignore=strip),
+                    tgt_dict.string(reference, remove_bpe, escape_unk=True,
+                                    extra_symbols_to_ignore=strip))
+    ids = sorted(out)
+    return [out[i][0] for i in ids], [out[i][1] for i in ids]
+
+
+def corpus_bleu(hypotheses: List[str], references: List[str]):
+    """(score, sacreBLEU signature)."""
+    from sacrebleu.metrics import BLEU
+
+    bleu = BLEU()
+    return bleu.corpus_score(hypotheses, [references]).score, str(bleu.get_signature())
+
+
+def gradient_scores(model: nn.Module, task, subset: str, mask: Dict[str, torch.Tensor],
+                    batch_size: int = 16, limit: Optional[int] = None) -> HeadScores:
+    """Michel et al.'s |∂L/∂ξ_h| at the current mask (see the module docstring)."""
+    apply_head_mask(model, mask)
+    gates = [(t, layer, gate) for t, layer, gate in iter_gates(model) if t in mask]
+    for _, _, gate in gates:
+        gate.fixed_mask.requires_grad_(True)
+    totals = {(t, layer): torch.zeros(gate.num_gates) for t, layer, gate in gates}
+    model.eval()  # no dropout: the score of the function that is being pruned
+    try:
+        for sample in batches(task, subset, model, batch_size, limit):
+            net_output = model(**sample["net_input"])
+            lprobs = model.get_normalized_probs(net_output, log_probs=True)
+            target = sample["target"]
+            nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+            loss = nll.masked_fill(target.eq(task.target_dictionary.pad()), 0.0).sum()
+            grads = torch.autograd.grad(loss, [gate.fixed_mask for _, _, gate in gates])
+            for (t, layer, _), grad in zip(gates, grads):
+                totals[(t, layer)] += grad.detach().abs()
+    finally:
+        for _, _, gate in gates:
+            gate.fixed_mask = gate.fixed_mask.detach()
+    scores: HeadScores = {}
+    for t in mask:
+        rows = []
+        for layer in range(mask[t].size(0)):
+            row = totals[(t, layer)]
+            norm = row.norm()
+            rows.append((row / norm if norm > 0 else row).tolist())
+        scores[t] = rows
+    return scores
+
+
+def lowest_kept(scores: HeadScores, mask: Dict[str, torch.Tensor], count: int):
+    """The `count` kept heads with the lowest scores (ties: the earlier head first)."""
+    kept = [(scores[t][layer][head], i, (t, layer, head))
+            for i, (t, layer, head) in enumerate((t, layer, head) for t in scores
+                                                  for layer in range(len(scores[t]))
+                                                  for head in range(len(scores[t][layer])))
+            if mask[t][layer, head]]
+    return [address for _, _, address in sorted(kept)[:count]]
+
+
+def pruning_curve(model: nn.Module, task, subset: str, scores: HeadScores, steps: Sequence[int],
+                  rescore: bool = False, beam: int = 5, batch_size: int = 64,
+                  remove_bpe: Optional[str] = "sentencepiece", limit: Optional[int] = None,
+                  progress=None) -> List[CurvePoint]:
+    mask = {t: torch.ones(len(rows), len(rows[0]), dtype=torch.bool) for t, rows in scores.items()}
+    total = sum(m.numel() for m in mask.values())
+    removed: List[tuple] = []
+    points = []
+    for step in steps:
+        while len(removed) < step:
+            # Michel et al. remove a batch of heads per step, then re-score (if asked).
+            for t, layer, head in lowest_kept(scores, mask, step - len(removed)):
+                mask[t][layer, head] = False
+                removed.append((t, layer, head))
+        apply_head_mask(model, mask)
+        hypotheses, references = translate(model, task, subset, beam, batch_size, remove_bpe, limit)
+        bleu, signature = corpus_bleu(hypotheses, references)
+        point = CurvePoint(step, total - step, bleu, signature,
+                           ";".join(f"{t}:{layer}:{head}" for t, layer, head in removed))
+        points.append(point)
+        if progress is not None:
+            progress(point)
+        if rescore and step != steps[-1]:
+            scores = gradient_scores(model, task, subset, mask, limit=limit)
+    return points
+
+
+CURVE_COLUMNS = ("heads_removed", "heads_kept", "bleu", "sacrebleu_signature", "removed_heads")
+
+
+def curve_csv(points: List[CurvePoint]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CURVE_COLUMNS)
+    for p in points:
+        writer.writerow([p.heads_removed, p.heads_kept, f"{p.bleu:.2f}", p.signature, p.removed])
+    return buffer.getvalue()
+
+
+def read_overlay(path: str) -> List[tuple]:
+    """(heads_kept, bleu, label) rows of an L0-pruning results file."""
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in ("heads_kept", "bleu", "label") if c not in (reader.fieldnames or [])]
+        if missing:
+            raise HeadPruningError(f"{path}: missing column(s) {missing}")
+        try:
+            return [(int(r["heads_kept"]), float(r["bleu"]), r["label"]) for r in reader]
+        except ValueError as error:
+            raise HeadPruningError(f"{path}: {error}") from None
+
+
+def plot_curve(points: List[CurvePoint], path: str, title: str, overlay: Sequence[tuple] = ()) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 4))
+    axes.plot([p.heads_kept for p in points], [p.bleu for p in points], "o-", label=title)
+    for heads_kept, bleu, label in overlay:
+        axes.plot([heads_kept], [bleu], "s")
+        axes.annotate(label, (heads_kept, bleu), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    if overlay:
+        axes.plot([], [], "s", color="gray", label="L0-pruned models")
+    axes.set_xlabel("heads kept")
+    axes.set_ylabel("BLEU")
+    axes.invert_xaxis()  # pruning proceeds left to right
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

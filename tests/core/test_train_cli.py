@@ -1,0 +1,157 @@
+"""fairseq's own CLIs with --user-dir, end to end on the toy corpus (subprocesses)."""
+import json
+import os
+
+import pytest
+import torch
+
+from fairseq_heads.compat import load_checkpoint
+from fairseq_heads.gate_table import gate_rows
+
+from .helpers import TINY_SIZES, USER_DIR, run_cli
+
+ALL_TYPES = "enc-self,dec-self,enc-dec"
+
+
+def common(data_bin):
+    return [str(data_bin), "--user-dir", USER_DIR, "--task", "translation_heads", "-s", "src",
+            "-t", "tgt", "--cpu", "--num-workers", "0", "--seed", "1"]
+
+
+def train_args(data_bin, save_dir, *extra):
+    return ["fairseq-train", *common(data_bin), *TINY_SIZES, "--share-all-embeddings",
+            "--dropout", "0.1", "--max-tokens", "1500", "--adam-betas", "(0.9,0.98)",
+            "--no-epoch-checkpoints", "--save-dir", str(save_dir), "--log-format", "json",
+            "--log-interval", "5", "--no-progress-bar", *extra]
+
+
+def check(process):
+    assert process.returncode == 0, process.stderr[-3000:]
+    return process
+
+
+def open_heads(checkpoint) -> int:
+    return sum(row.gate > 0 for row in gate_rows(load_checkpoint(str(checkpoint))))
+
+
+@pytest.fixture(scope="module")
+def plain_checkpoint(toy_data_bin, tmp_path_factory):
+    save_dir = tmp_path_factory.mktemp("plain")
+    check(run_cli(train_args(toy_data_bin.data_bin, save_dir, "--arch", "transformer",
+                             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+                             "--optimizer", "adam", "--lr", "5e-3", "--max-update", "30")))
+    return save_dir / "checkpoint_last.pt"
+
+
+def finetune(data_bin, save_dir, plain, l0_lambda, updates, *extra):
+    return run_cli(train_args(
+        data_bin, save_dir, "--arch", "gated_transformer", "--gated-attention", ALL_TYPES,
+        "--finetune-from-model", str(plain), "--criterion", "label_smoothed_cross_entropy_l0",
+        "--label-smoothing", "0.1", "--l0-lambda", str(l0_lambda), "--optimizer", "gate_adam",
+        "--lr", "1e-3", "--gate-lr-scale", "150", "--lr-scheduler", "fixed",
+        "--max-update", str(updates), *extra))
+
+
+@pytest.fixture(scope="module")
+def finetuned(toy_data_bin, plain_checkpoint, tmp_path_factory):
+    runs = {}
+    for l0_lambda in (0.0, 5.0):
+        save_dir = tmp_path_factory.mktemp(f"l0_{l0_lambda}")
+        trace = save_dir / "gate_trace.jsonl"
+        first = check(finetune(toy_data_bin.data_bin, save_dir, plain_checkpoint, l0_lambda, 25,
+                               "--gate-trace", str(trace), "--gate-trace-interval", "5"))
+        # Resume from checkpoint_last.pt (fairseq ignores --finetune-from-model once it exists).
+        resumed = check(finetune(toy_data_bin.data_bin, save_dir, plain_checkpoint, l0_lambda, 40,
+                                 "--gate-trace", str(trace), "--gate-trace-interval", "5"))
+        runs[l0_lambda] = dict(save_dir=save_dir, first=first, resumed=resumed, trace=trace)
+    return runs
+
+
+def test_large_lambda_closes_heads_and_zero_lambda_does_not(finetuned):
+    heads = 3 * 2 * 4
+    assert open_heads(finetuned[0.0]["save_dir"] / "checkpoint_last.pt") == heads
+    assert open_heads(finetuned[5.0]["save_dir"] / "checkpoint_last.pt") < heads
+
+
+def test_l0_metrics_are_logged_at_training_and_validation(finetuned):
+    log = finetuned[5.0]["resumed"].stderr + finetuned[5.0]["resumed"].stdout
+    records = [json.loads(line[line.index("{"):]) for line in log.splitlines()
+               if "{" in line and ("| train |" in line or "| valid |" in line or "| train_inner |" in line)]
+    valid = [r for r in records if "valid_loss" in r]
+    train = [r for r in records if "train_inner_loss" in r or "train_loss" in r]
+    assert valid and train
+    for r, prefix in ((valid[-1], "valid_"), (train[-1], "train_inner_" if "train_inner_loss" in train[-1] else "train_")):
+        for key in ("expected_l0", "open_heads_enc_self", "open_heads_dec_self", "open_heads_enc_dec"):
+            assert prefix + key in r, (prefix + key, r)
+    assert float(valid[-1]["valid_expected_l0"]) < 24
+
+
+def test_training_resumes_from_its_checkpoint(finetuned):
+    run = finetuned[5.0]
+    state = load_checkpoint(str(run["save_dir"] / "checkpoint_last.pt"))
+    assert state["optimizer_history"][-1]["num_updates"] == 40
+    log = run["resumed"].stderr + run["resumed"].stdout
+    assert "checkpoint_last.pt" in log and "25 updates" in log
+    updates = [json.loads(line)["update"] for line in run["trace"].read_text().splitlines()]
+    assert updates == [0, 5, 10, 15, 20, 25, 30, 35]
+
+
+def test_finetuned_checkpoint_loads_in_fairseq_generate_and_validate(finetuned, toy_data_bin):
+    checkpoint = str(finetuned[5.0]["save_dir"] / "checkpoint_last.pt")
+    out = check(run_cli(["fairseq-generate", *common(toy_data_bin.data_bin), "--path", checkpoint,
+                         "--gen-subset", "valid", "--beam", "3", "--batch-size", "64",
+                         "--remove-bpe", "sentencepiece", "--scoring", "sacrebleu"]))
+    assert "Generate valid with beam=3" in out.stdout
+    lines = out.stdout.splitlines()
+    hypotheses = sum(line.startswith("H-") for line in lines)
+    assert hypotheses == sum(line.startswith("S-") for line in lines) >= 90
+    assert "BLEU" in lines[-1]
+    check(run_cli(["fairseq-validate", *common(toy_data_bin.data_bin), "--path", checkpoint,
+                   "--valid-subset", "valid", "--max-tokens", "2000"]))
+
+
+def test_plain_checkpoint_loads_into_gated_transformer_with_same_outputs(plain_checkpoint, toy_data_bin):
+    from fairseq import checkpoint_utils
+
+    from .helpers import build_model
+
+    [plain], _ = checkpoint_utils.load_model_ensemble([str(plain_checkpoint)])
+    _, gated = build_model(toy_data_bin.data_bin, "gated_transformer",
+                           ["--gated-attention", ALL_TYPES, "--share-all-embeddings"])
+    gated.load_state_dict(load_checkpoint(str(plain_checkpoint))["model"], strict=True)
+    src = torch.tensor([[5, 9, 14, 22, 7, 2], [1, 1, 30, 8, 11, 2]])
+    lengths = torch.tensor([6, 4])
+    prev = torch.tensor([[2, 6, 12, 19, 4], [2, 25, 9, 1, 1]])
+    with torch.no_grad():
+        a = plain.eval()(src, lengths, prev)[0]
+        b = gated.eval()(src, lengths, prev)[0]
+    assert (a - b).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--l0-lambda", "-1"], "--l0-lambda"),
+    (["--gated-attention", "enc-self,cross"], "--gated-attention"),
+])
+def test_bad_training_options_fail_naming_the_option(toy_data_bin, tmp_path, extra, message):
+    process = run_cli(train_args(toy_data_bin.data_bin, tmp_path, "--arch", "gated_transformer_tiny",
+                                 "--criterion", "label_smoothed_cross_entropy_l0", "--optimizer",
+                                 "adam", "--lr", "1e-3", "--max-update", "1", *extra))
+    assert process.returncode != 0
+    assert message in process.stderr
+    assert not any(name.endswith(".pt") for name in os.listdir(tmp_path))
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "file not found"),
+    ({"enc-self": [[1, 0, 1, 1]]}, "shape"),
+    ({"encoder": [[1, 1, 1, 1], [1, 1, 1, 1]]}, "unknown attention type 'encoder'"),
+    ({"enc-self": [[1, 0, 2, 1], [1, 1, 1, 1]]}, "0/1"),
+])
+def test_bad_head_mask_fails_naming_the_file(plain_checkpoint, toy_data_bin, tmp_path, content, message):
+    mask = tmp_path / "mask.json"
+    if content is not None:
+        mask.write_text(json.dumps(content))
+    process = run_cli(["fairseq-generate", *common(toy_data_bin.data_bin), "--path", str(plain_checkpoint),
+                       "--gen-subset", "valid", "--head-mask", str(mask), "--batch-size", "64"])
+    assert process.returncode != 0
+    assert str(mask) in process.stderr and message in process.stderr

@@ -1,0 +1,2 @@
+def test_train(trained_checkpoint):
+    print(trained_checkpoint)
