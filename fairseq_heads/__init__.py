@@ -5,8 +5,9 @@ model, the `label_smoothed_cross_entropy_l0` criterion and the `translation_head
 """
 __version__ = "0.1.0"
 
-from .compat import patch_fairseq_checkpoint_loading
+from .compat import patch_fairseq_checkpoint_loading, patch_numpy_compat
 
 patch_fairseq_checkpoint_loading()
+patch_numpy_compat()
 
 from . import criterions, models, optim, tasks  # noqa: E402,F401  (registration)

@@ -32,7 +32,7 @@ if [ ! -f "$WORK/plain/checkpoint_best.pt" ]; then
   fairseq-train "$DATA" $COMMON $TRAIN --arch transformer $SIZES \
     --criterion label_smoothed_cross_entropy --optimizer adam --lr 5e-3 \
     --lr-scheduler inverse_sqrt --warmup-updates 150 --max-epoch "$EPOCHS" \
-    --save-dir "$WORK/plain.tmp" 2>&1 | grep -E "\| (train|valid) \|"
+    --save-dir "$WORK/plain.tmp" 2>&1 | grep --line-buffered -E "\| (train|valid) \|"
   mv "$WORK/plain.tmp" "$WORK/plain"
 else echo "done already: $WORK/plain/checkpoint_best.pt"; fi
 
@@ -45,7 +45,7 @@ if [ ! -f "$WORK/gated/checkpoint_last.pt" ]; then
     --optimizer gate_adam --lr 5e-4 --gate-lr-scale 40 --lr-scheduler fixed \
     --max-update "$FINETUNE_UPDATES" --save-interval-updates "$FINETUNE_UPDATES" \
     --gate-trace "$WORK/gated.tmp/gate_trace.jsonl" --gate-trace-interval 20 \
-    --save-dir "$WORK/gated.tmp" 2>&1 | grep -E "\| (train|valid) \|"
+    --save-dir "$WORK/gated.tmp" 2>&1 | grep --line-buffered -E "\| (train|valid) \|"
   mv "$WORK/gated.tmp" "$WORK/gated"
 else echo "done already: $WORK/gated/checkpoint_last.pt"; fi
 

@@ -1,1 +1,1 @@
-from . import gated_transformer  # noqa: F401
+from . import gated_transformer, gated_transformer_lm  # noqa: F401

@@ -76,10 +76,10 @@ def add_gates(model: nn.Module, args) -> nn.Module:
 
 
 def freeze_parameters(model: nn.Module, args) -> None:
-    if args.train_gates_only:
+    if getattr(args, "train_gates_only", False):
         for name, parameter in model.named_parameters():
             parameter.requires_grad = name.endswith("gate.log_alpha")
-    if args.freeze_decoder:
+    if getattr(args, "freeze_decoder", False):
         for name, parameter in model.decoder.named_parameters():
             if not name.endswith("gate.log_alpha"):
                 parameter.requires_grad = False

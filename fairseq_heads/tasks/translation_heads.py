@@ -21,25 +21,26 @@ class TranslationHeadsConfig(TranslationConfig):
     )
     gate_trace: Optional[str] = field(
         default=None,
-        metadata={"help": "append every gated head's P(open) and deterministic gate to this "
-                          "JSON-lines file during training"},
+        metadata={"help": "append every gated head's log-alpha, P(open) and open/closed state to "
+                          "this JSON-lines file during training; '{rank}' in the name gives each "
+                          "distributed worker its own file (else only the first worker writes)"},
     )
     gate_trace_interval: int = field(
         default=50, metadata={"help": "updates between two --gate-trace records"}
     )
 
 
-def is_first_worker() -> bool:
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+def worker_rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 def gate_record(model, update: int) -> dict:
     heads = []
     for attention_type, layer, gate in iter_gates(model):
-        for head, (p_open, value) in enumerate(zip(gate.prob_open().tolist(),
-                                                   gate.is_open().float().tolist())):
+        for head, (log_alpha, p_open, is_open) in enumerate(zip(
+                gate.log_alpha.tolist(), gate.prob_open().tolist(), gate.is_open().tolist())):
             heads.append({"type": attention_type, "layer": layer, "head": head,
-                          "p_open": round(p_open, 5), "open": int(value)})
+                          "log_alpha": log_alpha, "p_open": round(p_open, 5), "open": int(is_open)})
     return {"update": update, "heads": heads}
 
 
@@ -63,12 +64,15 @@ class TranslationHeadsTask(TranslationTask):
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         if self.cfg.gate_trace and update_num % self.cfg.gate_trace_interval == 0 \
-                and update_num != self._last_traced_update and is_first_worker():
+                and update_num != self._last_traced_update:
             self._last_traced_update = update_num
-            self._append_gate_trace(model, update_num)
+            rank = worker_rank()
+            if "{rank}" in self.cfg.gate_trace or rank == 0:
+                self._append_gate_trace(model, update_num, self.cfg.gate_trace.replace("{rank}", str(rank)))
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
-    def _append_gate_trace(self, model, update_num):
-        os.makedirs(os.path.dirname(os.path.abspath(self.cfg.gate_trace)), exist_ok=True)
-        with open(self.cfg.gate_trace, "a", encoding="utf-8") as f:
+    @staticmethod
+    def _append_gate_trace(model, update_num, path):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(gate_record(model, update_num)) + "\n")
