@@ -24,7 +24,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -76,7 +76,7 @@ class StatsError(ValueError):
 
 @dataclass
 class StatsOptions:
-    metrics: Sequence[str] = DEFAULT_METRICS
+    metrics: Optional[Sequence[str]] = None  # None: DEFAULT_METRICS, plus syntactic with conllu
     conllu: Optional[str] = None
     lrp_normalise: str = "sentence"
     grad_normalise: str = "none"
@@ -259,7 +259,8 @@ class _Collector:
         self.metrics = tuple(options.metrics)
         self.conllu_index = conllu_index
         self.src_dict, self.tgt_dict = task.source_dictionary, task.target_dictionary
-        self.pad, self.eos = self.src_dict.pad(), self.src_dict.eos()
+        self.src_pad, self.src_eos = self.src_dict.pad(), self.src_dict.eos()
+        self.tgt_pad, self.tgt_eos = self.tgt_dict.pad(), self.tgt_dict.eos()
         self.src_counts = torch.tensor(self.src_dict.count, dtype=torch.float64)
         bootstrap = dict(replicates=options.replicates, seed=options.seed)
         self.acc: Dict[Tuple[str, str], object] = {}
@@ -290,9 +291,9 @@ class _Collector:
     def update(self, sample) -> None:
         net_input = sample["net_input"]
         src, prev, target = net_input["src_tokens"], net_input["prev_output_tokens"], sample["target"]
-        src_mask = (src != self.pad) & (src != self.eos)
-        dec_mask = (prev != self.pad) & (prev != self.eos)
-        target_mask = target != self.pad
+        src_mask = (src != self.src_pad) & (src != self.src_eos)
+        dec_mask = (prev != self.tgt_pad) & (prev != self.tgt_eos)
+        target_mask = target != self.tgt_pad
         self.num_sentences += src.shape[0]
         self.num_target_tokens += int(target_mask.sum())
 
@@ -306,7 +307,7 @@ class _Collector:
                     self._update_attention_metrics(captured, sample, src_mask, dec_mask)
                 if need_grad:
                     lprobs = self.model.get_normalized_probs(net_output, log_probs=True)
-                    loss = lrp.reference_nll(lprobs, target, self.tgt_dict.pad())
+                    loss = lrp.reference_nll(lprobs, target, self.tgt_pad)
                     importance = grad_importance.gradient_importance(loss, captured, self.keys)
                     self._update_per_sentence("grad", importance, torch.ones(src.shape[0]))
             del net_output, captured
@@ -533,8 +534,9 @@ def compute_head_statistics(data_bin: str, checkpoint: str, subset: str,
     from .conllu_index import ConlluIndex
 
     options = options or StatsOptions()
-    if options.conllu and "syntactic" not in options.metrics:
-        options.metrics = tuple(options.metrics) + ("syntactic",)
+    if options.metrics is None:
+        default = DEFAULT_METRICS + (("syntactic",) if options.conllu else ())
+        options = dataclasses.replace(options, metrics=default)
     check_options(options)
     model, task = load_translation_model(checkpoint, data_bin, options.source_lang, options.target_lang)
     use_cuda = torch.cuda.is_available() and not options.cpu

@@ -9,10 +9,11 @@ import math
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import matplotlib
+logging.getLogger("matplotlib").setLevel(logging.WARNING)  # it logs its set-up at DEBUG
+
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")  # files only; no display on the machines this runs on
-logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its font search logs at DEBUG
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -43,23 +44,33 @@ def _grid(rows: Sequence[dict], attention_type: str, column: str) -> Optional[np
     return None if np.isnan(grid).all() else grid
 
 
-def draw_heatmap(grid: np.ndarray, title: str, path: str, value_range=None) -> None:
-    layers, heads = grid.shape
-    fig, ax = plt.subplots(figsize=(1.0 + 0.55 * heads, 0.8 + 0.45 * layers))
-    low, high = value_range if value_range else (np.nanmin(grid), np.nanmax(grid))
-    image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=low, vmax=high, aspect="auto")
-    for (layer, head), value in np.ndenumerate(grid):
-        if not math.isnan(value):
-            ax.text(head, layer, f"{value:.2f}", ha="center", va="center", fontsize=6,
-                    color="white" if value < low + 0.5 * (high - low) else "black")
-    ax.set_xticks(range(heads))
-    ax.set_yticks(range(layers))
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
-    ax.set_title(title, fontsize=9)
-    fig.colorbar(image, ax=ax)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+def draw_heatmaps(grids: Sequence[Tuple[str, np.ndarray]], title: str, path: str,
+                  value_range=None) -> None:
+    """One panel (layers x heads, values written in the cells) per attention type."""
+    finite = np.concatenate([grid[~np.isnan(grid)] for _, grid in grids])
+    low, high = value_range if value_range else (float(finite.min()), float(finite.max()))
+    if high <= low:
+        high = low + 1e-9
+    width = sum(1.0 + 0.5 * grid.shape[1] for _, grid in grids) + 1.0
+    height = 1.4 + 0.42 * max(grid.shape[0] for _, grid in grids)
+    fig, axes = plt.subplots(1, len(grids), figsize=(width, height), squeeze=False)
+    for ax, (attention_type, grid) in zip(axes[0], grids):
+        layers, heads = grid.shape
+        image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=low, vmax=high,
+                          aspect="auto")
+        for (layer, head), value in np.ndenumerate(grid):
+            if not math.isnan(value):
+                ax.text(head, layer, f"{value:.2f}", ha="center", va="center", fontsize=6,
+                        color="white" if value < low + 0.5 * (high - low) else "black")
+        ax.set_xticks(range(heads))
+        ax.set_yticks(range(layers))
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.set_title(attention_type, fontsize=9)
+    fig.suptitle(title, fontsize=10)
+    fig.subplots_adjust(left=0.08, right=0.88, bottom=0.15, top=0.82, wspace=0.3)
+    fig.colorbar(image, cax=fig.add_axes((0.90, 0.15, 0.015, 0.67)))
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
@@ -99,22 +110,22 @@ def draw_function_map(rows: Sequence[dict], path: str) -> None:
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in FUNCTION_COLOURS.values()]
     fig.legend(handles, list(FUNCTION_COLOURS), loc="lower center", ncol=len(FUNCTION_COLOURS),
                fontsize=8)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
-    fig.savefig(path, dpi=110)
+    fig.subplots_adjust(left=0.06, right=0.98, bottom=0.2, top=0.9, wspace=0.3)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
 def draw_figures(rows: Sequence[dict], meta: Dict[str, object], directory: str) -> List[str]:
-    """heatmap_<column>_<type>.png for every metric column with values, and function_map.png."""
+    """heatmap_<column>.png (a panel per attention type with values) and function_map.png."""
     paths = []
-    for attention_type in ATTENTION_TYPES:
-        for column, title, value_range in HEATMAP_COLUMNS:
-            grid = _grid(rows, attention_type, column)
-            if grid is None:
-                continue
-            path = os.path.join(directory, f"heatmap_{column}_{attention_type}.png")
-            draw_heatmap(grid, f"{attention_type}: {title}", path, value_range)
-            paths.append(path)
+    for column, title, value_range in HEATMAP_COLUMNS:
+        grids = [(t, grid) for t in ATTENTION_TYPES
+                 for grid in [_grid(rows, t, column)] if grid is not None]
+        if not grids:
+            continue
+        path = os.path.join(directory, f"heatmap_{column}.png")
+        draw_heatmaps(grids, title, path, value_range)
+        paths.append(path)
     if rows:
         path = os.path.join(directory, "function_map.png")
         draw_function_map(rows, path)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
-import torch
 from torch import Tensor, nn
 
 from ..modules.gated_attention import ATTENTION_TYPES, iter_attention

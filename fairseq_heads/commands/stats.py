@@ -74,9 +74,7 @@ def run_stats(args) -> int:
                                    args.syntactic_margin),
         replicates=args.bootstrap_replicates, seed=args.seed, max_tokens=args.max_tokens,
         batch_size=args.batch_size, cpu=args.cpu, source_lang=args.source_lang,
-        target_lang=args.target_lang, log_format=args.log_format)
-    if metrics is not None:
-        options.metrics = metrics
+        target_lang=args.target_lang, log_format=args.log_format, metrics=metrics)
     statistics = compute_head_statistics(args.data, args.path, args.gen_subset, options)
     written = write_statistics(statistics, args.out_dir)
     logger.info("%d heads, %d sentences; wrote %d files to %s", len(statistics.rows),

@@ -50,17 +50,21 @@ def add_gate_args(parser) -> None:
                             "paper's encoder-only pruning runs; decoder gates stay trainable")
 
 
+GATE_DEFAULTS = {
+    "gated_attention": "enc-self",
+    "gate_temperature": DEFAULT_TEMPERATURE,
+    "gate_stretch_low": DEFAULT_STRETCH[0],
+    "gate_stretch_high": DEFAULT_STRETCH[1],
+    "gate_init_log_alpha": DEFAULT_INIT_LOG_ALPHA,
+    "train_gates_only": False,
+    "freeze_decoder": False,
+}
+
+
 def gate_defaults(args) -> None:
-    args.gated_attention = getattr(args, "gated_attention", None) or "enc-self"
-    args.gate_temperature = getattr(args, "gate_temperature", None) or DEFAULT_TEMPERATURE
-    if getattr(args, "gate_stretch_low", None) is None:
-        args.gate_stretch_low = DEFAULT_STRETCH[0]
-    if getattr(args, "gate_stretch_high", None) is None:
-        args.gate_stretch_high = DEFAULT_STRETCH[1]
-    if getattr(args, "gate_init_log_alpha", None) is None:
-        args.gate_init_log_alpha = DEFAULT_INIT_LOG_ALPHA
-    args.train_gates_only = getattr(args, "train_gates_only", False)
-    args.freeze_decoder = getattr(args, "freeze_decoder", False)
+    for name, default in GATE_DEFAULTS.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, default)
 
 
 def add_gates(model: nn.Module, args) -> nn.Module:

@@ -1,2 +1,0 @@
-def test_train(trained_checkpoint):
-    print(trained_checkpoint)
