@@ -11,7 +11,7 @@ setup(
     python_requires=">=3.9",
     packages=find_packages(include=["fairseq_heads", "fairseq_heads.*"]),
     # fairseq-fixed: the last upstream fairseq tree with the Python 3.11 dataclass fixes; install it
-    # with --no-deps --no-build-isolation (see the Makefile and docs/install.md).
+    # with --no-deps --no-build-isolation (see the Makefile and README.md).
     install_requires=[
         "fairseq-fixed==0.12.3.1",
         "torch>=2.1",

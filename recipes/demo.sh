@@ -4,13 +4,13 @@
 #   -> fine-tune `gated_transformer_tiny` from it with the L0 penalty -> fairseq-generate + sacreBLEU
 #   -> BLEU before/after and the heads left open per attention type.
 # Finished steps are skipped on a re-run (delete $WORK to start over). ~6 minutes on 2 CPU cores.
-# Environment: WORK (default work/demo), L0_LAMBDA (default 0.05), EPOCHS (default 20),
+# Environment: WORK (default work/demo), L0_LAMBDA (default 0.05), EPOCHS (default 12),
 #              FINETUNE_UPDATES (default 400), THREADS (default 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${WORK:-work/demo}
 L0_LAMBDA=${L0_LAMBDA:-0.05}
-EPOCHS=${EPOCHS:-20}
+EPOCHS=${EPOCHS:-12}
 FINETUNE_UPDATES=${FINETUNE_UPDATES:-400}
 export OMP_NUM_THREADS=${THREADS:-2}
 USER_DIR=$(fairseq-heads user-dir)
@@ -64,4 +64,4 @@ AFTER=$(bleu "$WORK/gated/checkpoint_last.pt" "$WORK/generate_gated.txt")
 step "5/5 result"
 echo "plain transformer       : $BEFORE"
 echo "gated, L0 lambda=$L0_LAMBDA: $AFTER"
-fairseq-heads gates "$WORK/gated/checkpoint_last.pt" | tail -n 1
+fairseq-heads gates "$WORK/gated/checkpoint_last.pt" 2>/dev/null | tail -n 1
