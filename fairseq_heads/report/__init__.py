@@ -1,0 +1,7 @@
+"""The paper-tables report (`fairseq-heads report RESULTS_DIR`) and the per-model result files
+the recipes write (`fairseq-heads result`, `fairseq-heads mask`).
+
+`layout` names the files of a results folder, `model_result` builds a model's result file,
+`tables` turns result files into table rows (pure functions), `figures` draws them and
+`build` writes tables.md, the PNG figures and report.html.
+"""

@@ -1,0 +1,290 @@
+"""`fairseq-heads report RESULTS_DIR`: tables.md, figures/*.png and a self-contained report.html,
+from a recipe's result files alone (layout.py). Every table or figure whose inputs are missing
+is replaced by a note saying what is missing.
+
+Outputs are written to a staging folder and moved into place at the end, so a failed report
+leaves the previous one (or none) behind, never half of one.
+"""
+import base64
+import csv
+import glob
+import html
+import json
+import os
+import shutil
+import tempfile
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
+
+from . import figures, layout, tables
+from .tables import MissingInput, Table
+
+
+class Inputs(NamedTuple):
+    results: List[dict]
+    heads: Optional[List[Dict[str, str]]]
+    agreement: Optional[dict]
+    curve: Optional[List[Dict[str, str]]]
+    traces: Dict[str, str]  # model name -> gate-trace path
+    results_dir: str
+
+
+class Section(NamedTuple):
+    title: str
+    tables: List[Tuple[str, Table]]  # (caption, table)
+    figures: List[Tuple[str, str]]   # (caption, file name in figures/)
+    skipped: str = ""                # why the section is missing, if it is
+
+
+# ------------------------------------------------------------------ reading the result files
+
+
+def read_csv(path: str) -> List[Dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def read_trace(path: str) -> List[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def load_inputs(results_dir: str) -> Inputs:
+    results = []
+    for path in sorted(glob.glob(os.path.join(results_dir, layout.RESULTS, "*", layout.RESULT_FILE))):
+        with open(path, encoding="utf-8") as f:
+            results.append(json.load(f))
+    stats = os.path.join(results_dir, layout.BASELINE_STATS)
+    heads_csv = os.path.join(stats, layout.HEADS_CSV)
+    agreement_json = os.path.join(stats, layout.AGREEMENT_JSON)
+    curve_csv = os.path.join(results_dir, layout.CURVE_CSV)
+    agreement = None
+    if os.path.isfile(agreement_json):
+        with open(agreement_json, encoding="utf-8") as f:
+            agreement = json.load(f)
+    traces = {}
+    for result in results:
+        path = os.path.join(results_dir, layout.MODELS, result["name"], layout.GATE_TRACE)
+        if os.path.isfile(path) and os.path.getsize(path) > 0:
+            traces[result["name"]] = path
+    return Inputs(results,
+                  read_csv(heads_csv) if os.path.isfile(heads_csv) else None,
+                  agreement,
+                  read_csv(curve_csv) if os.path.isfile(curve_csv) else None,
+                  traces, results_dir)
+
+
+def write_l0_points(results_dir: str, out: str) -> int:
+    """The encoder-only L0 models as (heads_kept, bleu, label) rows for `curve --overlay`."""
+    from ..head_masks import write_atomic
+
+    points = [p for p in tables.encoder_sweep_points(load_inputs(results_dir).results) if p[0] != "baseline"]
+    lines = ["heads_kept,bleu,label"] + [f"{kept},{bleu:.2f},L0 {label}" for label, kept, bleu in points]
+    write_atomic(out, "\n".join(lines) + "\n")
+    return len(points)
+
+
+# ------------------------------------------------------------------ the sections
+
+
+def _encoder_section(inputs: Inputs, draw: Callable) -> Section:
+    table = tables.encoder_pruning_table(inputs.results, inputs.curve)
+    curve = tables.curve_points(inputs.curve) if inputs.curve else []
+    name = draw("encoder_pruning.png", figures.encoder_pruning_figure,
+                tables.encoder_sweep_points(inputs.results), curve)
+    return Section("1. Encoder heads: BLEU against heads kept (L0 sweep, decoder frozen) and "
+                   "heuristic pruning", [("", table)], [("BLEU against encoder heads kept", name)])
+
+
+def _all_types_section(inputs: Inputs, draw: Callable) -> Section:
+    return Section("2. All attention types pruned: heads kept, BLEU from trained vs from scratch",
+                   [("", tables.all_types_table(inputs.results))], [])
+
+
+def _first_losses_section(inputs: Inputs, draw: Callable) -> Section:
+    pruned = tables.by_kind(inputs.results, layout.ALL_L0)
+    if not pruned:
+        raise MissingInput("no all-attention-types L0 results (kind all_l0)")
+    fractions = {t: [r["heads_kept"][t] / r["heads_total"][t] for r in pruned]
+                 for t in pruned[0]["heads_kept"]}
+    name = draw("heads_kept_by_type.png", figures.heads_kept_figure,
+                [r["l0_lambda"] for r in pruned], fractions)
+    captions = [("Fraction of heads kept per attention type", tables.first_losses(inputs.results)),
+                ("Heads kept per layer", tables.heads_kept_by_layer(inputs.results))]
+    if tables.by_kind(inputs.results, layout.ENCODER_L0):
+        captions.append(("Heads kept per layer, encoder-only runs",
+                         tables.heads_kept_by_layer(inputs.results, layout.ENCODER_L0)))
+    return Section("3. Which attention types and layers lose heads first as λ grows", captions,
+                   [("Heads kept per attention type against λ", name)])
+
+
+def _functions_section(inputs: Inputs, draw: Callable) -> Section:
+    if not inputs.heads:
+        raise MissingInput("no stats/baseline/heads.csv (`fairseq-heads stats` of the baseline)")
+    captions = [("Heads with a function", tables.head_function_table(inputs.heads))]
+    try:
+        captions.append(("Syntactic relations: best head against the positional baseline",
+                         tables.syntactic_relation_table(inputs.heads)))
+    except MissingInput as missing:
+        captions.append((f"Syntactic relations: skipped ({missing})", Table([], [])))
+    return Section("4. Head functions of the baseline (positional, syntactic, rare words)", captions, [])
+
+
+def _agreement_section(inputs: Inputs, draw: Callable) -> Section:
+    if inputs.agreement is None:
+        raise MissingInput("no stats/baseline/agreement.json")
+    return Section("5. Agreement between head-importance metrics (baseline)",
+                   [("", tables.agreement_table(inputs.agreement))], [])
+
+
+def _trace_section(inputs: Inputs, draw: Callable, trace_lambda: Optional[float]) -> Section:
+    candidates = [r for r in tables.by_kind(inputs.results, layout.ALL_L0) if r["name"] in inputs.traces]
+    if trace_lambda is not None:
+        candidates = [r for r in candidates if r["l0_lambda"] == trace_lambda]
+    if not candidates:
+        raise MissingInput("no gate trace of an all-attention-types run"
+                           + (f" with λ={trace_lambda:g}" if trace_lambda is not None else ""))
+    chosen = candidates[-1]  # the largest lambda: the most heads die
+    series = tables.trace_series(tables.with_final_gates(read_trace(inputs.traces[chosen["name"]]), chosen))
+    title = f"P(open) of every head over fine-tuning, λ={tables.format_lambda(chosen['l0_lambda'])}"
+    name = draw("gate_trace.png", figures.gate_trace_figure, series, title)
+    return Section("6. Heads dying over training", [(title, tables.trace_summary(series))],
+                   [(title, name)])
+
+
+def _survivors_section(inputs: Inputs, draw: Callable) -> Section:
+    if not inputs.heads:
+        raise MissingInput("no stats/baseline/heads.csv (head functions of the baseline)")
+    runs, open_counts, _ = tables.survivor_counts(inputs.results, inputs.heads)
+    labels = [f"{kind} λ={tables.format_lambda(l0_lambda)}" for kind, l0_lambda in runs]
+    name = draw("survivors.png", figures.survivors_figure, labels, open_counts)
+    return Section("7. What the surviving heads do",
+                   [("", tables.survivor_functions(inputs.results, inputs.heads))],
+                   [("Open heads by function at each λ", name)])
+
+
+SECTION_TITLES = (
+    "1. Encoder heads: BLEU against heads kept",
+    "2. All attention types pruned",
+    "3. Which attention types and layers lose heads first",
+    "4. Head functions of the baseline",
+    "5. Agreement between head-importance metrics",
+    "6. Heads dying over training",
+    "7. What the surviving heads do",
+)
+
+
+def build_sections(inputs: Inputs, figure_dir: str, trace_lambda: Optional[float] = None) -> List[Section]:
+    """Every section, drawing its figures into figure_dir; a section whose inputs are missing
+    comes back with `skipped` set."""
+    def draw(name, function, *args):
+        function(*args, os.path.join(figure_dir, name))
+        return name
+
+    builders = [_encoder_section, _all_types_section, _first_losses_section, _functions_section,
+                _agreement_section, lambda i, d: _trace_section(i, d, trace_lambda), _survivors_section]
+    sections = []
+    for title, builder in zip(SECTION_TITLES, builders):
+        try:
+            sections.append(builder(inputs, draw))
+        except MissingInput as missing:
+            sections.append(Section(title, [], [], skipped=str(missing)))
+    return sections
+
+
+# ------------------------------------------------------------------ writing
+
+
+def _html_table(table: Table) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(tables.format_cell(v))}</td>" for v in row) + "</tr>"
+                   for row in table.rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _provenance(inputs: Inputs) -> List[str]:
+    baseline = [r for r in inputs.results if r.get("kind") == layout.BASELINE]
+    lines = [f"{len(inputs.results)} result files in {os.path.abspath(inputs.results_dir)}"]
+    if baseline:
+        lines.append(f"BLEU on '{baseline[0]['subset']}' ({baseline[0]['sentences']} sentences), "
+                     f"sacreBLEU {baseline[0]['sacrebleu_signature']}")
+    return lines
+
+
+def markdown_report(sections: List[Section], inputs: Inputs) -> str:
+    parts = ["# Tables: pruning and analysing attention heads", ""]
+    parts += [f"_{line}_  " for line in _provenance(inputs)] + [""]
+    for section in sections:
+        parts.append(f"## {section.title}")
+        parts.append("")
+        if section.skipped:
+            parts += [f"_Skipped: {section.skipped}._", ""]
+            continue
+        for caption, table in section.tables:
+            if caption:
+                parts += [f"**{caption}**", ""]
+            if table.columns:
+                parts += [tables.markdown_table(table), ""]
+            if table.note:
+                parts += [f"_{table.note}_", ""]
+        for caption, name in section.figures:
+            parts += [f"![{caption}]({layout.FIGURES}/{name})", ""]
+    return "\n".join(parts)
+
+
+def html_report(sections: List[Section], inputs: Inputs, figure_dir: str) -> str:
+    style = ("body{font-family:sans-serif;max-width:60em;margin:2em auto}"
+             "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.2em .5em}"
+             "img{max-width:100%}.skip{color:#888}")
+    parts = ["<!DOCTYPE html>", "<html><head><meta charset=\"utf-8\">",
+             "<title>fairseq-heads report</title>", f"<style>{style}</style></head><body>",
+             "<h1>Pruning and analysing attention heads</h1>"]
+    parts += [f"<p><em>{html.escape(line)}</em></p>" for line in _provenance(inputs)]
+    for section in sections:
+        parts.append(f"<h2>{html.escape(section.title)}</h2>")
+        if section.skipped:
+            parts.append(f"<p class=\"skip\">Skipped: {html.escape(section.skipped)}.</p>")
+            continue
+        for caption, table in section.tables:
+            if caption:
+                parts.append(f"<p><strong>{html.escape(caption)}</strong></p>")
+            if table.columns:
+                parts.append(_html_table(table))
+            if table.note:
+                parts.append(f"<p><em>{html.escape(table.note)}</em></p>")
+        for caption, name in section.figures:
+            with open(os.path.join(figure_dir, name), "rb") as f:
+                data = base64.b64encode(f.read()).decode("ascii")
+            parts.append(f"<figure><img alt=\"{html.escape(caption)}\" src=\"data:image/png;base64,{data}\">"
+                         f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def build_report(results_dir: str, out_dir: Optional[str] = None,
+                 trace_lambda: Optional[float] = None) -> Tuple[List[str], List[Tuple[str, str]]]:
+    """Write OUT_DIR/tables.md, OUT_DIR/figures/*.png and OUT_DIR/report.html (OUT_DIR defaults
+    to RESULTS_DIR). Returns (paths written, [(section, why skipped)])."""
+    out_dir = os.path.abspath(out_dir or results_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    inputs = load_inputs(results_dir)
+    staging = tempfile.mkdtemp(dir=out_dir, prefix=".report.tmp-")
+    try:
+        staged_figures = os.path.join(staging, layout.FIGURES)
+        os.makedirs(staged_figures)
+        sections = build_sections(inputs, staged_figures, trace_lambda)
+        with open(os.path.join(staging, layout.TABLES_MD), "w", encoding="utf-8") as f:
+            f.write(markdown_report(sections, inputs))
+        with open(os.path.join(staging, layout.REPORT_HTML), "w", encoding="utf-8") as f:
+            f.write(html_report(sections, inputs, staged_figures))
+        # Into place: the figures folder as a whole, then the two documents that point at it.
+        figure_dir = os.path.join(out_dir, layout.FIGURES)
+        if os.path.isdir(figure_dir):
+            shutil.rmtree(figure_dir)
+        os.replace(staged_figures, figure_dir)
+        written = [os.path.join(figure_dir, name) for name in sorted(os.listdir(figure_dir))]
+        for name in (layout.TABLES_MD, layout.REPORT_HTML):
+            os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
+            written.append(os.path.join(out_dir, name))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return written, [(s.title, s.skipped) for s in sections if s.skipped]

@@ -1,0 +1,28 @@
+"""Where a recipe's results folder keeps what the report reads (paths relative to RESULTS_DIR).
+
+    results/<model>/result.json   one per translation model (see model_result.py)
+    models/<model>/gate_trace.jsonl   per-head gates over fine-tuning (the `--gate-trace` file)
+    stats/baseline/heads.csv, agreement.json   `fairseq-heads stats` of the baseline
+    curve/curve.csv               `fairseq-heads curve` of the baseline (encoder heads)
+    tables.md, report.html, figures/*.png   written by `fairseq-heads report`
+"""
+import os
+
+RESULTS = "results"
+RESULT_FILE = "result.json"
+MODELS = "models"
+GATE_TRACE = "gate_trace.jsonl"
+BASELINE_STATS = os.path.join("stats", "baseline")
+HEADS_CSV = "heads.csv"
+AGREEMENT_JSON = "agreement.json"
+CURVE_CSV = os.path.join("curve", "curve.csv")
+TABLES_MD = "tables.md"
+REPORT_HTML = "report.html"
+FIGURES = "figures"
+
+# Model kinds of a result file: what the recipe trained, and how.
+BASELINE = "baseline"          # the plain Transformer
+ENCODER_L0 = "encoder_l0"      # encoder self-attention gated, decoder frozen, one L0 lambda
+ALL_L0 = "all_l0"              # all three attention types gated, one L0 lambda
+FROM_SCRATCH = "from_scratch"  # trained from random init with the heads of an *_l0 model fixed off
+KINDS = (BASELINE, ENCODER_L0, ALL_L0, FROM_SCRATCH)

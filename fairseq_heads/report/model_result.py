@@ -1,0 +1,159 @@
+"""One translation model's result file: BLEU (fairseq-generate output scored by sacreBLEU) and
+which heads it kept.
+
+    {"name": "all_l0_0.05", "kind": "all_l0", "l0_lambda": 0.05, "from_model": null,
+     "checkpoint": "/abs/models/all_l0_0.05/checkpoint.pt", "subset": "test",
+     "bleu": 31.2, "sacrebleu_signature": "nrefs:1|case:mixed|...", "sacrebleu": "BLEU = 31.20 ...",
+     "fairseq_bleu_line": "Generate test with beam=5: BLEU = ...", "sentences": 1000,
+     "updates": 1000,                                     # training updates of the checkpoint
+     "heads_source": "gates" | "head_mask" | "all",
+     "layout": {"enc-self": [6, 8], ...},                 # (layers, heads per layer)
+     "heads_kept": {"enc-self": 17, ...}, "heads_total": {"enc-self": 48, ...},
+     "kept": {"enc-self": [[1, 0, ...], ...], ...},       # per layer, per head
+     "p_open": {"enc-self": [[0.98, 0.01, ...], ...]}}     # gated types only
+"""
+import json
+import os
+import re
+from typing import Dict, List, Optional, Tuple
+
+from ..modules.gated_attention import ATTENTION_TYPES
+
+_LINE = re.compile(r"^(?P<tag>[TD])-(?P<id>\d+)\t(?P<rest>.*)$")
+
+
+class ResultError(ValueError):
+    pass
+
+
+def parse_generate_output(text: str) -> Tuple[List[str], List[str], Optional[str]]:
+    """(hypotheses, references, fairseq's own BLEU line) from fairseq-generate's stdout.
+
+    Hypotheses are the D- lines (detokenised, after --remove-bpe), references the T- lines,
+    both in sentence-id order (fairseq prints them in batch order)."""
+    hypotheses: Dict[int, str] = {}
+    references: Dict[int, str] = {}
+    bleu_line = None
+    for line in text.splitlines():
+        match = _LINE.match(line)
+        if match:
+            if match.group("tag") == "T":
+                references[int(match.group("id"))] = match.group("rest")
+            else:  # D-<id> \t score \t text
+                hypotheses[int(match.group("id"))] = match.group("rest").split("\t", 1)[-1]
+        elif line.startswith("Generate ") and "BLEU" in line:
+            bleu_line = line.strip()
+    if not hypotheses:
+        raise ResultError("no D- (hypothesis) lines in the fairseq-generate output")
+    if set(hypotheses) != set(references):
+        raise ResultError(f"fairseq-generate output: {len(hypotheses)} hypotheses but "
+                          f"{len(references)} references (run it with a target side)")
+    ids = sorted(hypotheses)
+    return [hypotheses[i] for i in ids], [references[i] for i in ids], bleu_line
+
+
+def sacrebleu_score(hypotheses: List[str], references: List[str]) -> Tuple[float, str, str]:
+    """(BLEU, signature, full score string) by sacreBLEU's defaults (13a tokenisation)."""
+    from sacrebleu.metrics import BLEU
+
+    metric = BLEU()
+    score = metric.corpus_score(hypotheses, [references])
+    return round(score.score, 2), str(metric.get_signature()), str(score)
+
+
+def _field(obj, name):
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def checkpoint_layout(state: dict) -> Dict[str, List[int]]:
+    """{attention type: [layers, heads per layer]} from the checkpoint's model options."""
+    from ..gate_table import model_args
+
+    args = model_args(state)
+    enc_layers, enc_heads = _field(args, "encoder_layers"), _field(args, "encoder_attention_heads")
+    dec_layers, dec_heads = _field(args, "decoder_layers"), _field(args, "decoder_attention_heads")
+    if None in (enc_layers, enc_heads, dec_layers, dec_heads):
+        raise ResultError("checkpoint options lack encoder/decoder layers or attention heads")
+    return {"enc-self": [enc_layers, enc_heads], "dec-self": [dec_layers, dec_heads],
+            "enc-dec": [dec_layers, dec_heads]}
+
+
+def checkpoint_head_mask_file(state: dict) -> Optional[str]:
+    """The --head-mask a model was trained with (recorded in its task options), if any."""
+    cfg = state.get("cfg")
+    return _field(_field(cfg, "task"), "head_mask") or _field(state.get("args"), "head_mask")
+
+
+def kept_heads(state: dict, head_mask: Optional[dict] = None):
+    """(source, kept {type: [[0/1]]}, p_open {type: [[p]]}) for a checkpoint.
+
+    A model trained with a fixed head mask kept exactly the mask's heads (its gates are fixed,
+    their log-alphas mean nothing); otherwise gated types keep the heads whose deterministic
+    gate is > 0 (the rule of `head_mask_from_gates`), ungated types keep every head."""
+    from ..gate_table import gate_rows
+
+    layout = checkpoint_layout(state)
+    kept = {t: [[1] * heads for _ in range(layers)] for t, (layers, heads) in layout.items()}
+    p_open: Dict[str, List[List[float]]] = {}
+    if head_mask is not None:
+        for attention_type, rows in head_mask.items():
+            if [len(rows), len(rows[0])] != layout[attention_type]:
+                raise ResultError(f"head mask {attention_type} is {len(rows)}x{len(rows[0])}, the "
+                                  f"model has {layout[attention_type]}")
+            kept[attention_type] = [[int(v) for v in row] for row in rows]
+        return "head_mask", kept, p_open
+    rows = gate_rows(state)
+    for row in rows:
+        layers, heads = layout[row.attention_type]
+        table = p_open.setdefault(row.attention_type, [[float("nan")] * heads for _ in range(layers)])
+        table[row.layer][row.head] = round(row.p_open, 5)
+        kept[row.attention_type][row.layer][row.head] = int(row.gate > 0)
+    return ("gates" if rows else "all"), kept, p_open
+
+
+def build_model_result(name: str, kind: str, checkpoint: str, generate_output: str,
+                       subset: str = "test", l0_lambda: Optional[float] = None,
+                       from_model: Optional[str] = None, head_mask_file: Optional[str] = None) -> dict:
+    """The result-file dict of one model (see the module docstring)."""
+    from ..compat import load_checkpoint
+    from ..head_masks import head_mask_to_json, load_head_mask
+    from .layout import KINDS
+
+    if kind not in KINDS:
+        raise ResultError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if not os.path.isfile(checkpoint):
+        raise ResultError(f"checkpoint not found: {checkpoint}")
+    with open(generate_output, encoding="utf-8") as f:
+        hypotheses, references, fairseq_line = parse_generate_output(f.read())
+    bleu, signature, score_string = sacrebleu_score(hypotheses, references)
+    state = load_checkpoint(checkpoint)
+    head_mask_file = head_mask_file or checkpoint_head_mask_file(state)
+    mask = head_mask_to_json(load_head_mask(head_mask_file)) if head_mask_file else None
+    source, kept, p_open = kept_heads(state, mask)
+    layout = checkpoint_layout(state)
+    history = state.get("optimizer_history") or [{}]
+    return {
+        "name": name, "kind": kind, "l0_lambda": l0_lambda, "from_model": from_model,
+        "checkpoint": os.path.abspath(checkpoint), "subset": subset,
+        "bleu": bleu, "sacrebleu_signature": signature, "sacrebleu": score_string,
+        "fairseq_bleu_line": fairseq_line, "sentences": len(hypotheses),
+        "updates": history[-1].get("num_updates"),
+        "heads_source": source,
+        "head_mask": os.path.abspath(head_mask_file) if head_mask_file else None,
+        "layout": layout,
+        "heads_kept": {t: sum(map(sum, kept[t])) for t in ATTENTION_TYPES},
+        "heads_total": {t: layout[t][0] * layout[t][1] for t in ATTENTION_TYPES},
+        "kept": kept,
+        "p_open": {t: [[None if v != v else v for v in row] for row in rows]
+                   for t, rows in p_open.items()},
+    }
+
+
+def write_model_result(result: dict, path: str) -> None:
+    from ..head_masks import write_atomic
+
+    write_atomic(path, json.dumps(result, indent=1, allow_nan=False) + "\n")

@@ -1,0 +1,345 @@
+"""The report's tables as rows, from already-loaded result files (pure functions, no I/O).
+
+Inputs: `results`, a list of result-file dicts (fairseq_heads/report/model_result.py);
+`heads`, the rows of the baseline's heads.csv as dicts of strings (csv.DictReader);
+`agreement`, the baseline's agreement.json; `curve`, the rows of curve.csv; `trace`, the
+records of a gate trace. Each builder returns a `Table` (columns + rows of cells), or raises
+`MissingInput` saying what is missing, so the report can skip it with that note.
+"""
+import math
+import re
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+from ..modules.gated_attention import ATTENTION_TYPES
+from .layout import ALL_L0, BASELINE, ENCODER_L0, FROM_SCRATCH
+
+FUNCTIONS = ("positional", "syntactic", "rare")  # a head's function: the labels of heads.csv
+NO_FUNCTION = "none"
+
+
+class MissingInput(Exception):
+    """A table or figure cannot be made: its inputs are missing (the message says which)."""
+
+
+class Table(NamedTuple):
+    columns: List[str]
+    rows: List[List[object]]
+    note: str = ""
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def by_kind(results: Iterable[dict], kind: str) -> List[dict]:
+    """The results of one kind, by increasing L0 lambda (None first)."""
+    chosen = [r for r in results if r.get("kind") == kind]
+    return sorted(chosen, key=lambda r: (r.get("l0_lambda") is not None, r.get("l0_lambda") or 0.0))
+
+
+def the_baseline(results: Iterable[dict]) -> dict:
+    found = by_kind(results, BASELINE)
+    if not found:
+        raise MissingInput("no baseline result (results/baseline/result.json)")
+    return found[0]
+
+
+def format_lambda(value) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def format_cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "-" if math.isnan(value) else f"{value:.2f}"
+    return str(value)
+
+
+def markdown_table(table: Table) -> str:
+    lines = ["| " + " | ".join(table.columns) + " |",
+             "|" + "|".join("---" for _ in table.columns) + "|"]
+    for row in table.rows:
+        lines.append("| " + " | ".join(format_cell(v).replace("|", "\\|") for v in row) + " |")
+    return "\n".join(lines)
+
+
+def head_functions(labels: str) -> List[str]:
+    """'positional(-1);syntactic(nsubj,dep->head);rare' -> ['positional', 'syntactic', 'rare']."""
+    names = []
+    for label in (labels or "").split(";"):
+        name = label.strip().split("(", 1)[0]
+        if name in FUNCTIONS and name not in names:
+            names.append(name)
+    return names
+
+
+def _float(text) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+# ------------------------------------------------------------------ (1) encoder heads kept
+
+
+def encoder_sweep_points(results: Sequence[dict]) -> List[Tuple[str, int, float]]:
+    """(label, encoder heads kept, BLEU) of the baseline and each encoder-only L0 model."""
+    points = []
+    for result in by_kind(results, BASELINE) + by_kind(results, ENCODER_L0):
+        label = "baseline" if result["kind"] == BASELINE else f"λ={format_lambda(result['l0_lambda'])}"
+        points.append((label, int(result["heads_kept"]["enc-self"]), float(result["bleu"])))
+    return points
+
+
+def curve_points(curve_rows: Sequence[Dict[str, str]]) -> List[Tuple[int, float]]:
+    """(heads kept, BLEU) of a `fairseq-heads curve` CSV, in file order."""
+    try:
+        return [(int(row["heads_kept"]), float(row["bleu"])) for row in curve_rows]
+    except (KeyError, ValueError) as error:
+        raise MissingInput(f"curve.csv is not a `fairseq-heads curve` table ({error})") from None
+
+
+def encoder_pruning_table(results: Sequence[dict], curve_rows: Optional[Sequence[Dict[str, str]]]) -> Table:
+    """BLEU against encoder heads kept: the L0 models, and the curve's BLEU at the nearest
+    number of heads kept (the heuristic pruning at about the same size)."""
+    if not by_kind(results, ENCODER_L0):
+        raise MissingInput("no encoder-only L0 results (kind encoder_l0)")
+    curve = curve_points(curve_rows) if curve_rows else []
+    total = the_baseline(results)["heads_total"]["enc-self"]
+    rows = []
+    for label, kept, bleu in encoder_sweep_points(results):
+        nearest = min(curve, key=lambda p: (abs(p[0] - kept), p[0])) if curve else None
+        rows.append([label, f"{kept}/{total}", bleu,
+                     nearest[1] if nearest else None, nearest[0] if nearest else None])
+    note = "" if curve else "no Michel et al. curve (curve/curve.csv): its columns are empty"
+    return Table(["model", "encoder heads kept", "BLEU", "BLEU, heuristic pruning",
+                  "heads kept (heuristic)"], rows, note)
+
+
+# ------------------------------------------------------------------ (2) all attention types
+
+
+def all_types_table(results: Sequence[dict]) -> Table:
+    """Per lambda: heads kept per attention type, BLEU fine-tuned from the trained model and
+    BLEU of the same layout trained from scratch."""
+    pruned = by_kind(results, ALL_L0)
+    if not pruned:
+        raise MissingInput("no all-attention-types L0 results (kind all_l0)")
+    scratch = {r.get("from_model"): r for r in by_kind(results, FROM_SCRATCH)}
+    baseline = the_baseline(results)
+    rows = [["baseline", *(f"{baseline['heads_kept'][t]}/{baseline['heads_total'][t]}"
+                          for t in ATTENTION_TYPES), baseline["bleu"], None]]
+    for result in pruned:
+        from_scratch = scratch.get(result["name"])
+        rows.append([f"λ={format_lambda(result['l0_lambda'])}",
+                     *(f"{result['heads_kept'][t]}/{result['heads_total'][t]}" for t in ATTENTION_TYPES),
+                     result["bleu"], from_scratch["bleu"] if from_scratch else None])
+    return Table(["model", *ATTENTION_TYPES, "BLEU (from trained)", "BLEU (from scratch)"], rows)
+
+
+# ------------------------------------------------------------------ (3) what goes first
+
+
+def heads_kept_by_layer(results: Sequence[dict], kind: str = ALL_L0) -> Table:
+    """Heads kept in each (type, layer), one column per lambda (increasing): where heads go first."""
+    pruned = by_kind(results, kind)
+    if not pruned:
+        raise MissingInput(f"no {kind} results")
+    types = ["enc-self"] if kind == ENCODER_L0 else list(ATTENTION_TYPES)  # the types that were gated
+    rows = []
+    for attention_type in types:
+        layers, heads = pruned[0]["layout"][attention_type]
+        for layer in range(layers):
+            rows.append([attention_type, layer] + [f"{sum(r['kept'][attention_type][layer])}/{heads}"
+                                                   for r in pruned])
+    return Table(["type", "layer", *(f"λ={format_lambda(r['l0_lambda'])}" for r in pruned)], rows)
+
+
+def first_losses(results: Sequence[dict], kind: str = ALL_L0) -> Table:
+    """For each attention type: the fraction of its heads kept at each lambda, and the smallest
+    lambda at which it has lost half of its heads."""
+    pruned = by_kind(results, kind)
+    if not pruned:
+        raise MissingInput(f"no {kind} results")
+    rows = []
+    for attention_type in ATTENTION_TYPES:
+        fractions = [r["heads_kept"][attention_type] / r["heads_total"][attention_type] for r in pruned]
+        half = next((r["l0_lambda"] for r, f in zip(pruned, fractions) if f <= 0.5), None)
+        rows.append([attention_type, *(f"{f:.0%}" for f in fractions),
+                     format_lambda(half) if half is not None else "not reached"])
+    return Table(["type", *(f"λ={format_lambda(r['l0_lambda'])}" for r in pruned), "half gone at"], rows)
+
+
+# ------------------------------------------------------------------ (4) head functions
+
+
+def head_function_table(heads: Sequence[Dict[str, str]]) -> Table:
+    """The baseline's heads that have a function (positional / syntactic / rare), with the
+    statistic behind each label."""
+    if not heads:
+        raise MissingInput("no baseline head statistics (stats/baseline/heads.csv)")
+    rows = []
+    for row in heads:
+        functions = head_functions(row.get("labels", ""))
+        if not functions:
+            continue
+        rows.append([row["type"], int(row["layer"]), int(row["head"]), row.get("labels", ""),
+                     _float(row.get("positional_share")), row.get("syntactic_best") or None,
+                     _float(row.get("syntactic_best_gain")), _float(row.get("rare_share"))])
+    counted = function_counts(heads)
+    note = ("heads by function: " + ", ".join(f"{k} {v}" for k, v in counted.items())
+            + f" (of {len(heads)} heads)")
+    if not rows:
+        note += "; no head passes a function threshold (a small model may have no specialised heads)"
+    return Table(["type", "layer", "head", "labels", "positional share", "best relation",
+                  "accuracy - baseline", "rare share"], rows, note)
+
+
+def function_counts(heads: Sequence[Dict[str, str]]) -> Dict[str, int]:
+    counts = {name: 0 for name in FUNCTIONS + (NO_FUNCTION,)}
+    for row in heads:
+        functions = head_functions(row.get("labels", ""))
+        for name in functions or [NO_FUNCTION]:
+            counts[name] += 1
+    return counts
+
+
+_SYNTACTIC_COLUMN = re.compile(r"^syntactic_(?P<relation>[a-z:]+)_(?P<direction>.+)$")
+
+
+def syntactic_relation_table(heads: Sequence[Dict[str, str]]) -> Table:
+    """Per dependency relation and direction: the best head's accuracy against the positional
+    baseline (the most frequent relative position), as in the paper's Figure 5."""
+    if not heads:
+        raise MissingInput("no baseline head statistics (stats/baseline/heads.csv)")
+    slots = []
+    for column in heads[0]:
+        if column.endswith("_baseline"):
+            match = _SYNTACTIC_COLUMN.match(column[:-len("_baseline")])
+            if match:
+                slots.append((match.group("relation"), match.group("direction"), column[:-len("_baseline")]))
+    if not slots:
+        raise MissingInput("heads.csv has no syntactic columns (stats ran without --conllu)")
+    rows = []
+    for relation, direction, column in slots:
+        scored = [(r, _float(r.get(column))) for r in heads if not math.isnan(_float(r.get(column)))]
+        if not scored:
+            rows.append([relation, direction.replace("2", "->"), None, None, None, None])
+            continue
+        best, accuracy = max(scored, key=lambda item: item[1])
+        baseline = _float(best.get(column + "_baseline"))
+        rows.append([relation, direction.replace("2", "->"),
+                     f"{best['type']} {best['layer']}/{best['head']}", accuracy, baseline,
+                     accuracy - baseline])
+    return Table(["relation", "direction", "best head (type layer/head)", "accuracy",
+                  "positional baseline", "gain"], rows)
+
+
+# ------------------------------------------------------------------ (5) agreement
+
+
+def agreement_table(agreement: dict) -> Table:
+    """Spearman rank correlation between importance metrics, per attention type."""
+    rows = []
+    for attention_type, pairs in (agreement or {}).items():
+        for name, entry in pairs.items():
+            rows.append([attention_type, name.replace("~", " ~ "), entry.get("spearman"),
+                         entry.get("ci_low"), entry.get("ci_high"), entry.get("num_heads")])
+    if not rows:
+        raise MissingInput("no metric pairs in agreement.json")
+    return Table(["type", "metrics", "Spearman ρ", "95% CI low", "95% CI high", "heads"], rows)
+
+
+# ------------------------------------------------------------------ (6) gate trace
+
+
+def trace_series(trace: Sequence[dict]) -> Dict[Tuple[str, int, int], Tuple[List[int], List[float]]]:
+    """{(type, layer, head): (updates, P(open))} from gate-trace records, by update."""
+    if not trace:
+        raise MissingInput("empty gate trace")
+    series: Dict[Tuple[str, int, int], Tuple[List[int], List[float]]] = {}
+    for record in sorted(trace, key=lambda r: r["update"]):
+        for head in record["heads"]:
+            updates, values = series.setdefault((head["type"], head["layer"], head["head"]), ([], []))
+            updates.append(int(record["update"]))
+            values.append(float(head["p_open"]))
+    return series
+
+
+def with_final_gates(trace: Sequence[dict], result: dict) -> List[dict]:
+    """The trace plus the gates of the model's final checkpoint (from its result file) as a last
+    record: fairseq's trace is written before an update, so it misses where training ended."""
+    records = list(trace)
+    last = max((r["update"] for r in records), default=-1)
+    if result.get("updates") is None or result["updates"] <= last or not result.get("p_open"):
+        return records
+    heads = [{"type": t, "layer": layer, "head": head, "p_open": p}
+             for t, rows in result["p_open"].items() for layer, row in enumerate(rows)
+             for head, p in enumerate(row) if p is not None]
+    return records + [{"update": result["updates"], "heads": heads}]
+
+
+def trace_summary(series) -> Table:
+    """Per attention type: heads traced, and heads with P(open) < 0.5 at the first and last record."""
+    rows = []
+    for attention_type in ATTENTION_TYPES:
+        heads = [values for (t, _, _), (_, values) in series.items() if t == attention_type]
+        if heads:
+            rows.append([attention_type, len(heads), sum(v[0] < 0.5 for v in heads),
+                         sum(v[-1] < 0.5 for v in heads)])
+    return Table(["type", "heads", "P(open) < 0.5 at start", "P(open) < 0.5 at end"], rows)
+
+
+# ------------------------------------------------------------------ (7) survivors
+
+
+GATED_TYPES = {ENCODER_L0: ("enc-self",), ALL_L0: ATTENTION_TYPES}  # what each kind of run prunes
+
+
+def survivor_counts(results: Sequence[dict], heads: Sequence[Dict[str, str]],
+                    kinds: Sequence[str] = (ENCODER_L0, ALL_L0)):
+    """(runs [(kind, lambda)], open {function: [count per run]}, totals {function: [count per run]}).
+
+    Functions come from the baseline's labels (a head without one is 'none'); a head with
+    several functions counts once for each. A run counts the heads of the types it gated (an
+    encoder-only run: encoder self-attention) that heads.csv scores."""
+    if not heads:
+        raise MissingInput("no baseline head statistics (stats/baseline/heads.csv)")
+    functions = {(row["type"], int(row["layer"]), int(row["head"])):
+                 head_functions(row.get("labels", "")) or [NO_FUNCTION] for row in heads}
+    names = FUNCTIONS + (NO_FUNCTION,)
+    runs = []
+    open_counts: Dict[str, List[int]] = {name: [] for name in names}
+    totals: Dict[str, List[int]] = {name: [] for name in names}
+    for kind in kinds:
+        for result in by_kind(results, kind):
+            opened, total = dict.fromkeys(names, 0), dict.fromkeys(names, 0)
+            for (attention_type, layer, head), head_names in functions.items():
+                if attention_type not in GATED_TYPES[kind]:
+                    continue
+                kept = result["kept"].get(attention_type)
+                if kept is None or layer >= len(kept) or head >= len(kept[layer]):
+                    raise MissingInput(f"{result['name']}: heads.csv does not match its layout")
+                for name in head_names:
+                    total[name] += 1
+                    opened[name] += int(bool(kept[layer][head]))
+            runs.append((kind, result["l0_lambda"]))
+            for name in names:
+                open_counts[name].append(opened[name])
+                totals[name].append(total[name])
+    if not runs:
+        raise MissingInput("no L0 results (kinds encoder_l0, all_l0)")
+    return runs, open_counts, totals
+
+
+def survivor_functions(results: Sequence[dict], heads: Sequence[Dict[str, str]],
+                       kinds: Sequence[str] = (ENCODER_L0, ALL_L0)) -> Table:
+    """At each lambda: how many heads of each function are still open, of how many."""
+    runs, open_counts, totals = survivor_counts(results, heads, kinds)
+    rows = [[kind, format_lambda(l0_lambda),
+             *(f"{open_counts[n][i]}/{totals[n][i]}" for n in open_counts)]
+            for i, (kind, l0_lambda) in enumerate(runs)]
+    return Table(["run", "λ", *open_counts], rows,
+                 "open heads / heads with that function in the baseline (labels of heads.csv), over "
+                 "the attention types each run gated (encoder_l0: enc-self; all_l0: all three)")

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The paper's tables on Multi30k en->de, at CPU scale: a 6+6-layer Transformer with 8 heads per
+# attention and d=128 (the size of the shared baseline). See recipes/README.md.
+#
+#   recipes/multi30k_en_de/run.sh                      # trains the baseline itself (~1.5 h), then the rest
+#   BASELINE=/work/shared/models/multi30k_en_de_6x8 recipes/multi30k_en_de/run.sh   # reuses that model
+#   SCALE=toy recipes/multi30k_en_de/run.sh            # the whole pipeline on the toy corpus (minutes)
+#
+# Environment: RESULTS (default work/recipes/multi30k_en_de[_toy]), DATA (default ../shared/data),
+# BASELINE, SCALE (cpu|toy), LAMBDAS_ENC, LAMBDAS_ALL, FINETUNE_UPDATES, THREADS (default 2).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+[ ! -d "$REPO/.venv/bin" ] || export PATH="$REPO/.venv/bin:$PATH"
+export OMP_NUM_THREADS=${THREADS:-2}
+SCALE=${SCALE:-cpu}
+PYTHON=${PYTHON:-python}
+DATA=${DATA:-$REPO/../shared/data}
+
+case $SCALE in
+toy)
+  RESULTS=$(readlink -m "${RESULTS:-$REPO/work/recipes/multi30k_en_de_toy}")
+  source "$HERE/../toy_scale.sh"
+  ;;
+cpu)
+  RESULTS=$(readlink -m "${RESULTS:-$REPO/work/recipes/multi30k_en_de}")
+  SRC=en TGT=de
+  BASELINE=${BASELINE:-}
+  PUD_CONLLU=$DATA/ud_pud/en_pud-ud-test.conllu.gz
+  M=$DATA/multi30k_en_de
+  DATA_BIN=""
+  if [ -n "$BASELINE" ]; then
+    # The shared model's bin/ has valid, test and test1 = PUD en->de (whose English side has gold
+    # parses) but no train split: the step `data` binarises Multi30k train with the model's own
+    # sentencepiece model and dictionaries and links the rest.
+    BASELINE=$(readlink -f "$BASELINE")
+    BASELINE_CHECKPOINT=$BASELINE/checkpoint.pt
+    DATA_KEY="multi30k train $M with $BASELINE"
+    prepare_data() {
+      "$PYTHON" -m fairseq_heads.data.extra_subset --data-bin "$BASELINE/bin" \
+        --spm-model "$BASELINE/spm.model" --src en --tgt de \
+        --subset "train=$M/train.en.gz,$M/train.de.gz" --out-dir "$STEP_OUT/bin"
+      for file in "$BASELINE"/bin/{valid,test,test1}.en-de.*; do
+        ln -s "$file" "$STEP_OUT/bin/"
+      done
+    }
+    STATS_SUBSET=test1
+    STATS_CONLLU=$PUD_CONLLU
+  else
+    BASELINE_CHECKPOINT=""
+    DATA_KEY="multi30k $M vocab 8000"
+    prepare_data() {
+      fairseq-heads prepare --work-dir "$STEP_OUT" --src en --tgt de \
+        --train "$M/train.en.gz,$M/train.de.gz" --valid "$M/val.en.gz,$M/val.de.gz" \
+        --test "$M/test_2016_flickr.en.gz,$M/test_2016_flickr.de.gz" \
+        --vocab-size 8000 --workers 2
+    }
+    # Multi30k has no parses: the statistics run on PUD en->de (gold English parses),
+    # binarised with this model's sentencepiece model and dictionaries (step `pud`).
+    SPM_MODEL=$RESULTS/data/spm.model
+    PUD_SRC=$DATA/ud_pud/pud.en.txt.gz
+    PUD_TGT=$DATA/ud_pud/pud.de.txt.gz
+    STATS_SUBSET=test
+    STATS_CONLLU=""
+  fi
+  # The shared baseline's recipe (its README), stopped where it was: epoch 18.
+  SIZE_ARGS="--encoder-layers 6 --decoder-layers 6 --encoder-embed-dim 128 --decoder-embed-dim 128
+    --encoder-ffn-embed-dim 512 --decoder-ffn-embed-dim 512
+    --encoder-attention-heads 8 --decoder-attention-heads 8"
+  TRAIN_ARGS="--share-all-embeddings --dropout 0.2 --label-smoothing 0.1 --max-tokens 4096
+    --adam-betas (0.9,0.98)"
+  BASELINE_TRAIN_ARGS="--optimizer adam --lr 1e-3 --lr-scheduler inverse_sqrt --warmup-updates 500
+    --max-epoch 18"
+  FINETUNE_ARGS="--optimizer gate_adam --lr 1e-4 --gate-lr-scale 50 --lr-scheduler fixed
+    --max-update ${FINETUNE_UPDATES:-1000}"
+  # L0 weights per target token (see README "lambda and normalisation"); to be tuned so the
+  # sweep spans "almost all heads" to "a handful".
+  LAMBDAS_ENC=${LAMBDAS_ENC:-0.005 0.01 0.02 0.05 0.1}
+  LAMBDAS_ALL=${LAMBDAS_ALL:-0.005 0.01 0.02 0.05}
+  GATE_TRACE_INTERVAL=25
+  GEN_SUBSET=test
+  GEN_ARGS="--beam 5 --batch-size 128"
+  STATS_ARGS="--cpu"
+  CURVE_METRIC=grad
+  CURVE_STEPS=0,8,16,24,32,36,40,44,46
+  CURVE_ARGS="--beam 5 --batch-size 128"
+  DEVICE_ARGS=--cpu
+  ;;
+*) echo "SCALE must be cpu or toy, got $SCALE" >&2; exit 2 ;;
+esac
+
+source "$HERE/../paper_tables.sh"

@@ -1,0 +1,220 @@
+"""The report's table builders and `build_report` on hand-made result files."""
+import base64
+import json
+import os
+import re
+
+import pytest
+
+from fairseq_heads.report import tables
+from fairseq_heads.report.build import build_report, load_inputs, write_l0_points
+from fairseq_heads.report.model_result import kept_heads, parse_generate_output, sacrebleu_score
+
+from .hand_made_results import (AGREEMENT, CURVE, HEADS, RESULTS, model_result, trace_records,
+                                write_results_dir)
+
+
+@pytest.fixture
+def results_dir(tmp_path):
+    return str(write_results_dir(str(tmp_path / "results_dir")))
+
+
+def cells(table, first):
+    """The row whose first cell is `first`."""
+    (row,) = [r for r in table.rows if r[0] == first]
+    return row
+
+
+def test_encoder_points_and_nearest_curve_point():
+    assert tables.encoder_sweep_points(RESULTS) == [("baseline", 4, 32.0), ("λ=0.1", 3, 30.0), ("λ=1", 1, 20.0)]
+    table = tables.encoder_pruning_table(RESULTS, CURVE)
+    # lambda 0.1 keeps 3: curve points at 4 and 2 are equally near -> the smaller one (2 kept, 25)
+    assert cells(table, "λ=0.1") == ["λ=0.1", "3/4", 30.0, 25.0, 2]
+    assert cells(table, "λ=1") == ["λ=1", "1/4", 20.0, 12.0, 1]
+    assert table.note == ""
+    no_curve = tables.encoder_pruning_table(RESULTS, None)
+    assert cells(no_curve, "λ=1")[3:] == [None, None] and "no Michel" in no_curve.note
+
+
+def test_all_types_table_pairs_from_scratch_with_its_source():
+    table = tables.all_types_table(RESULTS)
+    assert table.columns == ["model", "enc-self", "dec-self", "enc-dec", "BLEU (from trained)", "BLEU (from scratch)"]
+    assert cells(table, "baseline") == ["baseline", "4/4", "4/4", "4/4", 32.0, None]
+    assert cells(table, "λ=0.1") == ["λ=0.1", "4/4", "3/4", "4/4", 29.0, 27.5]
+    assert cells(table, "λ=1") == ["λ=1", "4/4", "1/4", "2/4", 18.0, 15.0]
+    without_scratch = [r for r in RESULTS if r["kind"] != "from_scratch"]
+    assert cells(tables.all_types_table(without_scratch), "λ=1")[-1] is None
+
+
+def test_first_losses_and_layers():
+    table = tables.first_losses(RESULTS)
+    assert cells(table, "dec-self") == ["dec-self", "75%", "25%", "1"]
+    assert cells(table, "enc-dec") == ["enc-dec", "100%", "50%", "1"]
+    assert cells(table, "enc-self") == ["enc-self", "100%", "100%", "not reached"]
+    by_layer = tables.heads_kept_by_layer(RESULTS)
+    assert [r for r in by_layer.rows if r[:2] == ["enc-dec", 0]] == [["enc-dec", 0, "2/2", "0/2"]]
+    encoder_only = tables.heads_kept_by_layer(RESULTS, "encoder_l0")
+    assert {r[0] for r in encoder_only.rows} == {"enc-self"}  # the only type gated in these runs
+    assert [r for r in encoder_only.rows if r[1] == 1] == [["enc-self", 1, "1/2", "0/2"]]
+
+
+def test_head_functions_parse_labels():
+    assert tables.head_functions("syntactic(nsubj,dep->head);positional(1);rare") == \
+        ["syntactic", "positional", "rare"]
+    assert tables.head_functions("") == [] and tables.head_functions(None) == []
+    assert tables.function_counts(HEADS) == {"positional": 2, "syntactic": 1, "rare": 1, "none": 1}
+
+
+def test_head_function_and_relation_tables():
+    table = tables.head_function_table(HEADS)
+    assert [r[:3] for r in table.rows] == [["enc-self", 0, 0], ["enc-self", 0, 1], ["enc-self", 1, 0]]
+    assert "positional 2" in table.note and "none 1" in table.note
+    relations = tables.syntactic_relation_table(HEADS)
+    (row,) = relations.rows
+    assert row[:3] == ["nsubj", "dep->head", "enc-self 1/0"]
+    assert row[3] == pytest.approx(0.70) and row[4] == pytest.approx(0.39) and row[5] == pytest.approx(0.31)
+    no_syntax = [{k: v for k, v in r.items() if not k.startswith("syntactic")} for r in HEADS]
+    with pytest.raises(tables.MissingInput, match="--conllu"):
+        tables.syntactic_relation_table(no_syntax)
+
+
+def test_agreement_table():
+    (row,) = tables.agreement_table(AGREEMENT).rows
+    assert row == ["enc-self", "lrp ~ grad", 0.8, 0.5, 0.95, 4]
+    with pytest.raises(tables.MissingInput):
+        tables.agreement_table({"enc-self": {}})
+
+
+def test_trace_series_orders_by_update():
+    records = trace_records()
+    series = tables.trace_series(list(reversed(records)))
+    assert series[("dec-self", 0, 0)] == ([0, 5, 10], [0.99, 0.6, 0.05])
+    summary = tables.trace_summary(series)
+    assert cells(summary, "dec-self") == ["dec-self", 4, 0, 1]
+    with pytest.raises(tables.MissingInput):
+        tables.trace_series([])
+
+
+def test_final_gates_extend_the_trace():
+    result = dict(RESULTS[4], updates=12, p_open={"dec-self": [[0.01, 0.9], [0.8, 0.7]]})
+    series = tables.trace_series(tables.with_final_gates(trace_records(), result))
+    assert series[("dec-self", 0, 0)] == ([0, 5, 10, 12], [0.99, 0.6, 0.05, 0.01])
+    assert series[("enc-self", 0, 0)] == ([0, 5, 10], [0.99, 0.99, 0.99])  # not gated at the end: as traced
+    assert tables.with_final_gates(trace_records(), dict(result, updates=10)) == trace_records()
+    assert tables.with_final_gates(trace_records(), dict(result, updates=None)) == trace_records()
+
+
+def test_survivor_functions():
+    runs, open_counts, totals = tables.survivor_counts(RESULTS, HEADS)
+    assert runs == [("encoder_l0", 0.1), ("encoder_l0", 1.0), ("all_l0", 0.1), ("all_l0", 1.0)]
+    assert totals == {"positional": [2] * 4, "syntactic": [1] * 4, "rare": [1] * 4, "none": [1] * 4}
+    # lambda 0.1 (encoder) closes enc-self 1/0: positional + syntactic; lambda 1 keeps only 0/0
+    assert open_counts["positional"] == [1, 1, 2, 2]
+    assert open_counts["syntactic"] == [0, 0, 1, 1]
+    assert open_counts["rare"] == [1, 0, 1, 1]
+    assert open_counts["none"] == [1, 0, 1, 1]
+    table = tables.survivor_functions(RESULTS, HEADS)
+    assert table.rows[1] == ["encoder_l0", "1", "1/2", "0/1", "0/1", "0/1"]
+    # an encoder-only run counts encoder heads only; an all-types run counts every type
+    decoder_head = {"type": "dec-self", "layer": "0", "head": "0", "labels": "positional(-1)"}
+    runs, open_counts, totals = tables.survivor_counts(RESULTS, HEADS + [decoder_head])
+    assert totals["positional"] == [2, 2, 3, 3]
+    assert open_counts["positional"] == [1, 1, 3, 2]  # all_l0 lambda 1 closed dec-self 0/0
+
+
+def test_missing_inputs_raise():
+    with pytest.raises(tables.MissingInput, match="baseline"):
+        tables.all_types_table([r for r in RESULTS if r["kind"] != "baseline"])
+    with pytest.raises(tables.MissingInput, match="all_l0"):
+        tables.all_types_table([RESULTS[0]])
+    with pytest.raises(tables.MissingInput, match="heads.csv"):
+        tables.survivor_functions(RESULTS, [])
+
+
+def test_markdown_table_escapes_and_formats():
+    text = tables.markdown_table(tables.Table(["a", "b"], [["x|y", 1.234], [None, float("nan")]]))
+    assert text.splitlines() == ["| a | b |", "|---|---|", "| x\\|y | 1.23 |", "| - | - |"]
+
+
+def test_build_report_writes_everything(results_dir):
+    written, skipped = build_report(results_dir)
+    assert skipped == []
+    names = {os.path.relpath(p, results_dir) for p in written}
+    assert names == {"tables.md", "report.html", "figures/encoder_pruning.png",
+                     "figures/heads_kept_by_type.png", "figures/gate_trace.png", "figures/survivors.png"}
+    for path in written:
+        if path.endswith(".png"):
+            with open(path, "rb") as f:
+                assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    markdown = open(os.path.join(results_dir, "tables.md")).read()
+    assert markdown.count("\n## ") == 7 and "Skipped" not in markdown
+    assert "| λ=1 | 4/4 | 1/4 | 2/4 | 18.00 | 15.00 |" in markdown  # numbers come from the files
+    page = open(os.path.join(results_dir, "report.html")).read()
+    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(images) == 4 and all(base64.b64decode(i)[:4] == b"\x89PNG" for i in images)
+    assert "<img" in page and 'src="figures/' not in page  # self-contained
+    assert not [n for n in os.listdir(results_dir) if n.startswith(".report.tmp")]
+
+
+def test_build_report_skips_sections_without_inputs(tmp_path):
+    root = write_results_dir(str(tmp_path / "r"), with_stats=False, with_curve=False, with_trace=False,
+                             results=[r for r in RESULTS if r["kind"] != "encoder_l0"])
+    written, skipped = build_report(root)
+    skipped_titles = {title.split(".")[0] for title, _ in skipped}
+    assert skipped_titles == {"1", "4", "5", "6", "7"}
+    markdown = open(os.path.join(root, "tables.md")).read()
+    assert markdown.count("_Skipped:") == 5 and "no stats/baseline/heads.csv" in markdown
+    assert {os.path.basename(p) for p in written} == {"tables.md", "report.html", "heads_kept_by_type.png"}
+
+
+def test_build_report_failure_keeps_previous_report(results_dir, monkeypatch):
+    build_report(results_dir)
+    before = open(os.path.join(results_dir, "tables.md")).read()
+    from fairseq_heads.report import figures
+
+    def broken(*args):
+        raise RuntimeError("disk full")
+    monkeypatch.setattr(figures, "survivors_figure", broken)
+    with open(os.path.join(results_dir, "results", "all_l0_1", "result.json"), "w") as f:
+        json.dump(model_result("all_l0_1", "all_l0", 1.0, {}, 1.0), f)
+    with pytest.raises(RuntimeError):
+        build_report(results_dir)
+    assert open(os.path.join(results_dir, "tables.md")).read() == before
+    assert not [n for n in os.listdir(results_dir) if n.startswith(".report.tmp")]
+
+
+def test_l0_points_for_curve_overlay(results_dir, tmp_path):
+    out = str(tmp_path / "points.csv")
+    assert write_l0_points(results_dir, out) == 2
+    assert open(out).read() == "heads_kept,bleu,label\n3,30.00,L0 λ=0.1\n1,20.00,L0 λ=1\n"
+    assert len(load_inputs(results_dir).results) == len(RESULTS)
+
+
+def test_parse_generate_output_orders_by_id_and_scores():
+    text = "\n".join(["S-1\ta b", "T-1\tthe cat sat", "H-1\t-0.1\tthe cat sat", "D-1\t-0.1\tthe cat sat",
+                      "S-0\tc", "T-0\ta dog ran home", "D-0\t-0.2\ta dog ran home",
+                      "Generate test with beam=5: BLEU = 100.00 100/100/100/100"])
+    hypotheses, references, line = parse_generate_output(text)
+    assert hypotheses == ["a dog ran home", "the cat sat"] and references == hypotheses
+    assert line.startswith("Generate test")
+    bleu, signature, _ = sacrebleu_score(hypotheses, references)
+    assert bleu == 100.0 and "tok:13a" in signature
+    with pytest.raises(ValueError, match="references"):
+        parse_generate_output("D-0\t-1\tx\n")
+
+
+def test_kept_heads_from_gates_mask_and_plain():
+    import torch
+    from argparse import Namespace
+
+    args = Namespace(encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2)
+    closed, wide_open = -10.0, 10.0
+    state = {"args": args, "cfg": None,
+             "model": {"encoder.layers.0.self_attn.gate.log_alpha": torch.tensor([wide_open, closed])}}
+    source, kept, p_open = kept_heads(state)
+    assert source == "gates" and kept["enc-self"] == [[1, 0]] and kept["dec-self"] == [[1, 1]]
+    assert p_open["enc-self"][0][0] > 0.99 and p_open["enc-self"][0][1] < 0.01
+    source, kept, _ = kept_heads(state, {"enc-dec": [[0, 1]]})
+    assert source == "head_mask" and kept["enc-dec"] == [[0, 1]] and kept["enc-self"] == [[1, 1]]
+    source, kept, _ = kept_heads({"args": args, "cfg": None, "model": {}})
+    assert source == "all" and kept["enc-dec"] == [[1, 1]]

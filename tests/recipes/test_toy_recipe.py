@@ -1,0 +1,135 @@
+"""End to end: `SCALE=toy recipes/multi30k_en_de/run.sh` (synthetic corpus, 2+2 layers d=32,
+20-30 updates per training) writes every table and figure; a re-run skips every step; a step
+that fails leaves no done marker and no result behind.
+
+Takes a few minutes on 2 CPU cores (mostly starting ~17 Python processes).
+"""
+import base64
+import csv
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RECIPE = os.path.join(REPO, "recipes", "multi30k_en_de", "run.sh")
+LAMBDA = "0.01"  # the toy scale's default: one lambda per sweep
+MODELS = ("baseline", f"enc_l0_{LAMBDA}", f"all_l0_{LAMBDA}", f"scratch_all_l0_{LAMBDA}")
+FIGURES = ("encoder_pruning.png", "heads_kept_by_type.png", "gate_trace.png", "survivors.png")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def run_recipe(results, **extra_env):
+    env = dict(os.environ, SCALE="toy", RESULTS=str(results), THREADS="1", **extra_env)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    for name in ("LAMBDAS_ENC", "LAMBDAS_ALL", "RECIPE_EXTRA_TRAIN_ARGS", "RECIPE_EXTRA_GENERATE_ARGS"):
+        if name not in extra_env:
+            env.pop(name, None)
+    started = time.monotonic()
+    process = subprocess.run(["bash", RECIPE], env=env, capture_output=True, text=True, timeout=1800)
+    return process, time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def toy_results(tmp_path_factory):
+    results = tmp_path_factory.mktemp("recipe") / "multi30k_toy"
+    process, _ = run_recipe(results)
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    return results, process
+
+
+def test_every_step_ran(toy_results):
+    results, process = toy_results
+    ran = re.findall(r"^run  (\S+)$", process.stdout, re.M)
+    assert ran == ["data", "baseline", "bleu_baseline", f"enc_l0_{LAMBDA}", f"bleu_enc_l0_{LAMBDA}",
+                   f"all_l0_{LAMBDA}", f"bleu_all_l0_{LAMBDA}", f"mask_all_l0_{LAMBDA}",
+                   f"scratch_all_l0_{LAMBDA}", f"bleu_scratch_all_l0_{LAMBDA}", "pud", "stats",
+                   "curve", "report"]
+    assert sorted(os.listdir(results / ".done")) == sorted(ran)
+    assert not glob.glob(str(results / "**" / "*.partial"), recursive=True)
+    assert not glob.glob(str(results / ".report.tmp*"))
+
+
+def test_result_files(toy_results):
+    results, _ = toy_results
+    found = {}
+    for name in MODELS:
+        with open(results / "results" / name / "result.json") as f:
+            found[name] = json.load(f)
+        result = found[name]
+        assert isinstance(result["bleu"], float) and 0 <= result["bleu"] <= 100
+        assert result["sacrebleu_signature"].startswith("nrefs:1|")
+        assert result["sentences"] > 0
+        assert set(result["heads_kept"]) == {"enc-self", "dec-self", "enc-dec"}
+        assert all(result["heads_total"][t] == 8 for t in result["heads_total"])  # 2 layers x 4 heads
+    assert found["baseline"]["heads_source"] == "all"
+    assert found[f"enc_l0_{LAMBDA}"]["kind"] == "encoder_l0"
+    assert found[f"enc_l0_{LAMBDA}"]["heads_kept"]["dec-self"] == 8  # only the encoder is gated
+    assert found[f"all_l0_{LAMBDA}"]["heads_source"] == "gates"
+    # the from-scratch model was trained with exactly the heads the pruned model kept
+    scratch, pruned = found[f"scratch_all_l0_{LAMBDA}"], found[f"all_l0_{LAMBDA}"]
+    assert scratch["heads_source"] == "head_mask" and scratch["from_model"] == pruned["name"]
+    assert scratch["kept"] == pruned["kept"]
+    with open(results / "masks" / f"all_l0_{LAMBDA}" / "head_mask.json") as f:
+        assert json.load(f) == pruned["kept"]
+
+
+def test_statistics_and_curve(toy_results):
+    results, _ = toy_results
+    with open(results / "stats" / "baseline" / "heads.csv") as f:
+        heads = list(csv.DictReader(f))
+    assert len(heads) == 24 and "syntactic_best" in heads[0]  # PUD-style subset with parses
+    with open(results / "curve" / "curve.csv") as f:
+        curve = list(csv.DictReader(f))
+    assert [int(r["heads_kept"]) for r in curve] == [8, 6, 4, 2]  # encoder heads only
+    with open(results / "curve" / "l0_points.csv") as f:
+        assert f.readline().strip() == "heads_kept,bleu,label"
+
+
+def test_tables_and_figures(toy_results):
+    results, _ = toy_results
+    markdown = (results / "tables.md").read_text()
+    assert markdown.count("\n## ") == 7
+    assert "_Skipped" not in markdown
+    for name in FIGURES:
+        data = (results / "figures" / name).read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 1000
+        assert f"](figures/{name})" in markdown
+    import matplotlib.image
+
+    assert matplotlib.image.imread(str(results / "figures" / "gate_trace.png")).ndim == 3
+    page = (results / "report.html").read_text()
+    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(images) == len(FIGURES)
+    assert all(base64.b64decode(image)[:8] == PNG_MAGIC for image in images)
+    assert page.rstrip().endswith("</html>") and "Skipped" not in page
+
+
+def test_rerun_skips_every_step(toy_results):
+    results, _ = toy_results
+    before = (results / "tables.md").stat().st_mtime_ns
+    process, seconds = run_recipe(results)
+    assert process.returncode == 0, process.stderr[-3000:]
+    assert not re.findall(r"^run  ", process.stdout, re.M)
+    assert len(re.findall(r"^skip \S+ \(done\)$", process.stdout, re.M)) == 14
+    assert (results / "tables.md").stat().st_mtime_ns == before
+    assert seconds < 60
+
+
+def test_failing_step_leaves_no_marker_and_no_result(toy_results):
+    """Run last: it redoes (and breaks) the baseline's BLEU step."""
+    results, _ = toy_results
+    process, _ = run_recipe(results, RECIPE_EXTRA_GENERATE_ARGS="--no-such-option")
+    assert process.returncode != 0
+    assert "redo bleu_baseline (settings changed)" in process.stdout
+    assert "FAILED bleu_baseline" in process.stderr
+    assert not (results / ".done" / "bleu_baseline").exists()
+    assert not (results / "results" / "baseline").exists()
+    assert not (results / "results" / "baseline.partial").exists()
+    assert (results / ".done" / "baseline").exists()  # earlier steps are untouched
+    assert (results / "models" / "baseline" / "checkpoint.pt").exists()
