@@ -72,6 +72,22 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "from its tables")
     stats.add_plot_arguments(plot_parser)
     plot_parser.set_defaults(run=stats.run_plot)
+
+    # --- recipes: head masks from gates, per-model result files, the paper-tables report ---
+    from .commands import recipe
+
+    mask_parser = commands.add_parser("mask", help="write the head mask (JSON for --head-mask) "
+                                                   "of a gated checkpoint's open heads")
+    recipe.add_mask_arguments(mask_parser)
+    mask_parser.set_defaults(run=recipe.run_mask)
+    result_parser = commands.add_parser("result", help="a model's result file: sacreBLEU of a "
+                                                       "fairseq-generate output + heads kept")
+    recipe.add_result_arguments(result_parser)
+    result_parser.set_defaults(run=recipe.run_result)
+    report_parser = commands.add_parser("report", help="tables.md, figures and report.html "
+                                                       "from a recipe's results folder")
+    recipe.add_report_arguments(report_parser)
+    report_parser.set_defaults(run=recipe.run_report)
     return parser
 
 

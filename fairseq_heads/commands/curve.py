@@ -19,6 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="increasing numbers of heads removed at which to measure BLEU, e.g. 0,4,8,16")
     parser.add_argument("--rescore", action="store_true",
                         help="after each step, re-score the remaining heads with the gradient metric")
+    parser.add_argument("--rescore-subset", default="valid",
+                        help="subset the re-scoring gradients are taken on (default: %(default)s; "
+                             "not the one BLEU is measured on)")
     parser.add_argument("--out", default="pruning_curve.csv", metavar="CURVE.csv",
                         help="CSV output; the plot goes next to it as .png (default: %(default)s)")
     parser.add_argument("--overlay", metavar="L0_POINTS.csv",
@@ -63,7 +66,7 @@ def run(args) -> int:
 
     points = pruning_curve(model, task, args.gen_subset, scores, steps, rescore=args.rescore,
                            beam=args.beam, batch_size=args.batch_size, remove_bpe=remove_bpe,
-                           limit=args.limit, progress=progress)
+                           limit=args.limit, rescore_subset=args.rescore_subset, progress=progress)
     write_atomic(args.out, curve_csv(points))
     png = os.path.splitext(args.out)[0] + ".png"
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(png)), prefix=".tmp-", suffix=".png")

@@ -50,7 +50,9 @@ def run(args) -> int:
         check_scores_match_model(scores, model_head_shape(model), args.from_importance)
         return keep_top_k(scores, args.keep, per_type=args.per_type)
 
-    result = prune_checkpoint(args.path, args.out, choose_mask)
+    # Importance pruning means "this model with that head mask": kept heads fully open even if
+    # the model has trained gates. Gate pruning keeps the kept heads' gate values.
+    result = prune_checkpoint(args.path, args.out, choose_mask, override_gates=bool(args.from_importance))
     print(format_prune_result(result))
     print(f"wrote {args.out}")
     return 0

@@ -22,7 +22,16 @@ from ..compat import load_checkpoint
 from ..gate_table import model_args
 from ..head_masks import model_head_shape
 from ..models.gated_transformer import GatedTransformerModel, add_gates, gate_defaults
-from .physical import HeadLayout, HeadPruningError, count_parameters, head_layout, physically_prune
+from .head_target import attach_head_target_record
+from .physical import (
+    HeadLayout,
+    HeadPruningError,
+    count_parameters,
+    fix_gates,
+    head_layout,
+    head_layout_json,
+    physically_prune,
+)
 
 
 def _placeholder_dictionary(size: int) -> Dictionary:
@@ -36,40 +45,56 @@ class _DictionariesOnly(Namespace):
     """What `TransformerModel.build_model` reads from a task."""
 
 
-def build_model_from_state(state: dict) -> nn.Module:
+def checkpoint_model_options(state: dict) -> Namespace:
+    """A copy of the checkpoint's model options as a Namespace (what fairseq saves for
+    argparse-style models such as `transformer` and `gated_transformer`)."""
     args = copy.deepcopy(model_args(state))
     if args is None:
         raise HeadPruningError("checkpoint has no model options (cfg.model / args)")
     if not isinstance(args, Namespace):  # hydra-style model config
         args = Namespace(**OmegaConf.to_container(args, resolve=True))
+    return args
+
+
+def build_model_from_state(state: dict, args: Namespace) -> nn.Module:
     weights = state["model"]
     if "encoder.embed_tokens.weight" not in weights or "decoder.embed_tokens.weight" not in weights:
         raise HeadPruningError("checkpoint is not an encoder-decoder Transformer")
     task = _DictionariesOnly(
         source_dictionary=_placeholder_dictionary(weights["encoder.embed_tokens.weight"].size(0)),
         target_dictionary=_placeholder_dictionary(weights["decoder.embed_tokens.weight"].size(0)))
-    model = models.build_model(args, task)
+    model = models.build_model(copy.deepcopy(args), task)
     model.load_state_dict(weights, strict=True, model_cfg=args)
     return model.eval()
 
 
-def as_gated_transformer(model: nn.Module) -> nn.Module:
-    """A plain `transformer` becomes a `gated_transformer` (the default enc-self gates, which
-    start open: deterministic gate 1, so the function is unchanged)."""
+def as_gated_transformer(model: nn.Module, args: Namespace) -> nn.Module:
+    """A plain `transformer` becomes a `gated_transformer` (model and options): the default
+    enc-self gates, which start open (deterministic gate 1: the function is unchanged)."""
     if isinstance(model, GatedTransformerModel):
         return model
-    args = model.args
     args.arch = args._name = "gated_transformer"
     gate_defaults(args)
     add_gates(model, args)
+    attach_head_target_record(model)  # what gated_transformer.build_model gives every model
     return model
 
 
-def checkpoint_state_to_save(state: dict, model: nn.Module) -> dict:
+def checkpoint_state_to_save(state: dict, model: nn.Module, args: Namespace) -> dict:
+    """The checkpoint of the pruned model: its weights, the original options with the layout."""
     new_state = {k: v for k, v in state.items() if k != "last_optimizer_state"}  # wrong shapes now
     cfg = state["cfg"]
     cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True) if OmegaConf.is_config(cfg) else dict(cfg)
-    cfg["model"] = model.args
+    args = copy.deepcopy(args)
+    args.head_layout = head_layout_json(model)
+    cfg["model"] = args
+    # The layout now fixes the head count: a --target-heads criterion saved with the run would
+    # re-impose a target the pruned model may not have the heads for (fairseq-validate builds it).
+    criterion = cfg.get("criterion")
+    if isinstance(criterion, dict) and criterion.get("target_heads"):
+        criterion["target_heads"] = None
+    elif criterion is not None and getattr(criterion, "target_heads", None):
+        criterion.target_heads = None
     new_state["cfg"] = cfg
     new_state["args"] = None
     new_state["model"] = model.state_dict()
@@ -96,19 +121,27 @@ class PruneResult(NamedTuple):
     parameters_after: int
 
 
-def prune_checkpoint(path: str, out: str, choose_mask: Callable[[nn.Module], Dict]) -> PruneResult:
+def prune_checkpoint(path: str, out: str, choose_mask: Callable[[nn.Module], Dict],
+                     override_gates: bool = False) -> PruneResult:
     """Load `path`, prune the heads `choose_mask(model)` marks 0, save to `out` atomically
-    (nothing is written if anything fails)."""
+    (nothing is written if anything fails).
+
+    override_gates: the result equals the model with the mask applied as a head mask
+    (`--head-mask`: kept heads fully open) rather than the model as its gates run it (kept
+    heads keep their gate values; what pruning by the gates themselves wants)."""
     if not os.path.isfile(path):
         raise HeadPruningError(f"checkpoint not found: {path}")
     state = load_checkpoint(path)
-    model = build_model_from_state(state)
+    args = checkpoint_model_options(state)
+    model = build_model_from_state(state, args)
     heads_before = model_head_shape(model)
     mask = choose_mask(model)  # before the gated conversion: it may depend on gates (or their absence)
     parameters_before = count_parameters(model)
-    model = as_gated_transformer(model)
+    model = as_gated_transformer(model, args)
+    if override_gates:
+        fix_gates(model, mask)
     physically_prune(model, mask)
-    new_state = checkpoint_state_to_save(state, model)
+    new_state = checkpoint_state_to_save(state, model, args)
     save_atomic(new_state, out)
     return PruneResult(heads_before, head_layout(model), parameters_before, count_parameters(model))
 

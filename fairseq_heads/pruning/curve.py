@@ -137,7 +137,7 @@ def lowest_kept(scores: HeadScores, mask: Dict[str, torch.Tensor], count: int):
 def pruning_curve(model: nn.Module, task, subset: str, scores: HeadScores, steps: Sequence[int],
                   rescore: bool = False, beam: int = 5, batch_size: int = 64,
                   remove_bpe: Optional[str] = "sentencepiece", limit: Optional[int] = None,
-                  progress=None) -> List[CurvePoint]:
+                  rescore_subset: str = "valid", progress=None) -> List[CurvePoint]:
     mask = {t: torch.ones(len(rows), len(rows[0]), dtype=torch.bool) for t, rows in scores.items()}
     total = sum(m.numel() for m in mask.values())
     removed: List[tuple] = []
@@ -157,7 +157,7 @@ def pruning_curve(model: nn.Module, task, subset: str, scores: HeadScores, steps
         if progress is not None:
             progress(point)
         if rescore and step != steps[-1]:
-            scores = gradient_scores(model, task, subset, mask, limit=limit)
+            scores = gradient_scores(model, task, rescore_subset, mask, limit=limit)
     return points
 
 

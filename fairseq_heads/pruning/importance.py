@@ -1,7 +1,8 @@
 """Choose heads from per-head importance scores (the `fairseq-heads stats` CSV).
 
 A scores file has one row per head with at least the columns type, layer, head and one column
-per metric (higher = more important); other columns are ignored. Heads are ranked by the chosen
+per metric (higher = more important), as `fairseq-heads stats` writes heads.csv; other columns
+(confidence intervals, counts, labels) are ignored. Heads are ranked by the chosen
 metric; ties keep the earlier (type, layer, head) first.
 """
 import csv
@@ -39,12 +40,13 @@ def read_head_scores(path: str, metric: str) -> HeadScores:
                 if attention_type not in ATTENTION_TYPES:
                     raise ValueError(f"unknown attention type {attention_type!r}")
                 address = (int(row["layer"]), int(row["head"]))
-                score = float(row[metric])
+                cell = (row[metric] or "").strip()
+                score = float(cell) if cell else math.nan  # `stats` leaves a cell empty for NaN
             except (TypeError, ValueError) as error:
                 raise HeadPruningError(f"{path}:{line}: {error}") from None
             if math.isnan(score):
-                raise HeadPruningError(f"{path}:{line}: {metric} is NaN for {attention_type} "
-                                       f"layer {address[0]} head {address[1]}")
+                raise HeadPruningError(f"{path}:{line}: no {metric} value (empty or NaN) for "
+                                       f"{attention_type} layer {address[0]} head {address[1]}")
             if address in cells.setdefault(attention_type, {}):
                 raise HeadPruningError(f"{path}:{line}: duplicate row for {attention_type} {address}")
             cells[attention_type][address] = score

@@ -61,6 +61,16 @@ class HeadCountLagrangian(nn.Module):
         self.lambda2 = nn.Parameter(torch.zeros(len(self.groups)))
         for multiplier in (self.lambda1, self.lambda2):
             multiplier.is_head_gate = True  # gate_adam: the gates' lr, no weight decay
+        self._register_load_state_dict_pre_hook(self._start_missing_multipliers_at_zero)
+
+    def _start_missing_multipliers_at_zero(self, state_dict, prefix, *args):
+        # fairseq loads the criterion strictly, also with --finetune-from-model: a checkpoint
+        # of a run without --target-heads (or with other groups) starts the multipliers afresh.
+        for name in ("lambda1", "lambda2"):
+            current = getattr(self, name)
+            saved = state_dict.get(prefix + name)
+            if saved is None or saved.shape != current.shape:
+                state_dict[prefix + name] = torch.zeros_like(current.detach())
 
     def forward(self, model: nn.Module) -> Tuple[Tensor, Dict[str, float]]:
         """(penalty, per-group logs) for the model's current gates."""

@@ -1,14 +1,16 @@
 """Physical head pruning: remove masked heads' slices of q/k/v/out projections.
 
 A pruned attention block keeps `kept_heads`, the indices (in the original, unpruned model) of
-the heads it still has. The whole model's layout, {type: [kept_heads per layer]}, is stored as
-the model option `head_layout` (a JSON string), so that `gated_transformer.build_model` can
-rebuild the smaller shapes before fairseq loads a pruned state dict (`apply_head_layout`).
+the heads it still has. The whole model's layout, {type: [kept_heads per layer]}, is saved in
+pruned checkpoints as the model option `head_layout` (a JSON string), so that
+`gated_transformer.build_model` can rebuild the smaller shapes before fairseq loads a pruned
+state dict (`apply_head_layout`).
 
 Slicing reuses fairseq's `MultiheadAttention._adaptive_prune_heads`. A block left with no heads
 becomes a `HeadlessAttention`: its output is what the masked block gives, out_proj's bias.
 """
 import json
+import math
 from typing import Dict, List, Mapping, Sequence
 
 import torch
@@ -69,6 +71,16 @@ def _remove_all_heads(attention: MultiheadAttention) -> None:
     attention.__class__ = HeadlessAttention
 
 
+def _open_for_good(gate: HardConcreteGate) -> None:
+    """A fixed mask overrode this gate and kept its heads: raise their log-alphas to where the
+    deterministic gate is exactly 1, so that the saved model (fixed masks are not saved)
+    computes what the masked one did."""
+    fully_open = math.log((1.0 - gate.low) / (gate.high - 1.0)) + 0.5  # margin for rounding
+    gate.log_alpha = nn.Parameter(gate.log_alpha.detach().clamp(min=fully_open))
+    gate.log_alpha.is_head_gate = True
+    gate.unfix()
+
+
 def _shrink_gate(gate: HardConcreteGate, heads: Sequence[int]) -> None:
     index = torch.as_tensor(list(heads), dtype=torch.long, device=gate.log_alpha.device)
     gate.log_alpha = nn.Parameter(gate.log_alpha.detach().index_select(0, index).clone())
@@ -87,16 +99,19 @@ def prune_attention_heads(attention: MultiheadAttention, keep: Sequence[int]) ->
     if any(h < 0 or h >= attention.num_heads for h in keep):
         raise HeadPruningError(f"head index out of range 0..{attention.num_heads - 1}: {keep}")
     kept_heads = getattr(attention, "kept_heads", list(range(attention.num_heads)))
-    if len(keep) == attention.num_heads:
-        attention.kept_heads = list(kept_heads)
-        return
+    gate_overridden = isinstance(attention, GatedMultiheadAttention) and attention.gate.fixed_mask is not None
     if not keep:
         _remove_all_heads(attention)
-    else:
+    elif len(keep) < attention.num_heads:
         attention._adaptive_prune_heads(head_slices(attention, keep))
         attention.out_proj.in_features = attention.embed_dim  # fairseq leaves it stale
         if isinstance(attention, GatedMultiheadAttention):
             _shrink_gate(attention.gate, keep)
+    if keep and gate_overridden:
+        _open_for_good(attention.gate)
+    if len(keep) == len(kept_heads):
+        attention.kept_heads = list(kept_heads)
+        return
     # Smaller projections than the layer's width break fairseq's dimension check and the
     # fused kernel's; fairseq's own pruning sets this flag for the same reason.
     attention._set_skip_embed_dim_check()
@@ -108,13 +123,8 @@ def _mask_rows(head_mask: Mapping, attention_type: str) -> List[Tensor]:
     return [torch.as_tensor(row).bool().flatten() for row in rows]
 
 
-def physically_prune(model: nn.Module, head_mask: Mapping) -> nn.Module:
-    """Remove, in place, every head that `head_mask` marks 0.
-
-    head_mask: {attention type: rows}, one 0/1 row per layer (a (layers, heads) tensor or a list
-    of rows, which may differ in length for an already pruned model). Types left out are kept.
-    The masked model and the pruned one compute the same function (eval mode).
-    """
+def check_prune_mask(model: nn.Module, head_mask: Mapping) -> None:
+    """The mask must name known types and match the model's layers and heads per layer."""
     unknown = [t for t in head_mask if t not in ATTENTION_TYPES]
     if unknown:
         raise HeadPruningError(f"unknown attention type(s) {unknown}")
@@ -129,6 +139,19 @@ def physically_prune(model: nn.Module, head_mask: Mapping) -> nn.Module:
             if row.numel() != attention.num_heads:
                 raise HeadPruningError(f"{attention_type} layer {layer}: mask has {row.numel()} "
                                        f"heads, the model {attention.num_heads}")
+
+
+def physically_prune(model: nn.Module, head_mask: Mapping) -> nn.Module:
+    """Remove, in place, every head that `head_mask` marks 0.
+
+    head_mask: {attention type: rows}, one 0/1 row per layer (a (layers, heads) tensor or a list
+    of rows, which may differ in length for an already pruned model). Types left out are kept.
+    The pruned model computes what the model computed before (eval mode) with the removed
+    heads' outputs zeroed: a kept head keeps its gate value (its log-alpha), unless a fixed mask
+    (`apply_head_mask`, `fix_gates`) had overridden its gate, in which case it stays fully open.
+    """
+    check_prune_mask(model, head_mask)
+    blocks = list(iter_attention(model))
     # A head target (top-K rule) ranks heads the pruned model no longer has; the layout now
     # fixes the head count, so gates go back to the plain rule (see head_target.py).
     remove_head_target(model)
@@ -136,7 +159,17 @@ def physically_prune(model: nn.Module, head_mask: Mapping) -> nn.Module:
         if attention_type in head_mask:
             row = _mask_rows(head_mask, attention_type)[layer]
             prune_attention_heads(attention, row.nonzero().flatten().tolist())
-    record_head_layout(model)
+    return model
+
+
+def fix_gates(model: nn.Module, head_mask: Mapping) -> nn.Module:
+    """Override the gates of gated blocks of the masked types with the mask (as `apply_head_mask`
+    does, for any layout): pruning then gives exactly the masked model, whatever the gates had
+    learnt. Ungated blocks are left alone (no gate to override)."""
+    check_prune_mask(model, head_mask)
+    for attention_type, layer, attention in iter_attention(model):
+        if attention_type in head_mask and isinstance(attention, GatedMultiheadAttention):
+            attention.gate.fix(_mask_rows(head_mask, attention_type)[layer].float())
     return model
 
 
@@ -154,11 +187,9 @@ def is_pruned(layout: HeadLayout, model_heads: Mapping[str, List[int]]) -> bool:
                for kept, n in zip(rows, model_heads.get(t, [])))
 
 
-def record_head_layout(model: nn.Module) -> None:
-    """Store the layout as the model option `head_layout`: checkpoints save the model options."""
-    args = getattr(model, "args", None)
-    if args is not None:
-        args.head_layout = json.dumps(head_layout(model), separators=(",", ":"))
+def head_layout_json(model: nn.Module) -> str:
+    """The layout as the value of the model option `head_layout` (see pruning.checkpoint)."""
+    return json.dumps(head_layout(model), separators=(",", ":"))
 
 
 def parse_head_layout(text: str) -> HeadLayout:

@@ -10,7 +10,7 @@ from fairseq_heads.head_masks import apply_head_mask, head_mask_from_gates
 from fairseq_heads.models.gated_transformer import iter_gates
 from fairseq_heads.modules.gated_attention import iter_attention
 from fairseq_heads.pruning import HeadlessAttention, HeadPruningError, head_layout, physically_prune
-from fairseq_heads.pruning.physical import count_parameters
+from fairseq_heads.pruning.physical import count_parameters, head_layout_json
 
 from core.helpers import build_model, random_batch, write_dictionaries
 
@@ -113,9 +113,9 @@ def test_layout_rebuilds_the_pruned_shapes_and_loads_the_state_dict_strictly(dic
     model = fresh(dictionaries)
     mask = {"enc-dec": PARTIAL_AND_EMPTY, "enc-self": torch.tensor([[0, 1, 0, 0], [1, 1, 1, 1]]).bool()}
     pruned = physically_prune(model, mask)
-    assert json.loads(pruned.args.head_layout)["enc-dec"] == [[0, 2, 3], []]
-    rebuilt = fresh(dictionaries, extra=("--gated-attention", ALL_TYPES,
-                                         "--head-layout", pruned.args.head_layout), seed=5)
+    layout = head_layout_json(pruned)
+    assert json.loads(layout)["enc-dec"] == [[0, 2, 3], []]
+    rebuilt = fresh(dictionaries, extra=("--gated-attention", ALL_TYPES, "--head-layout", layout), seed=5)
     rebuilt.load_state_dict(pruned.state_dict(), strict=True)
     assert head_layout(rebuilt) == head_layout(pruned)
     assert_same_function(pruned, rebuilt, len(model.encoder.dictionary))
@@ -136,3 +136,18 @@ def test_mask_of_the_wrong_shape_is_an_error(dictionaries):
         physically_prune(model, {"enc-self": torch.ones(2, 3, dtype=torch.bool)})
     with pytest.raises(HeadPruningError, match="mask has 1 layers"):
         physically_prune(model, {"dec-self": torch.ones(1, 4, dtype=torch.bool)})
+
+
+def test_a_mask_that_overrides_trained_gates_is_what_the_saved_pruned_model_computes(dictionaries):
+    """apply_head_mask pins kept heads fully open; the pruned checkpoint must keep them so."""
+    model = fresh(dictionaries)
+    with torch.no_grad():
+        for _, _, gate in iter_gates(model):
+            gate.log_alpha.fill_(0.0)  # deterministic gate 0.5: not what the mask says
+    mask = {"enc-dec": PARTIAL_AND_EMPTY}
+    masked = apply_head_mask(copy.deepcopy(model), mask)
+    pruned = physically_prune(copy.deepcopy(masked), mask)
+    rebuilt = fresh(dictionaries, extra=("--gated-attention", ALL_TYPES,
+                                         "--head-layout", head_layout_json(pruned)), seed=5)
+    rebuilt.load_state_dict(pruned.state_dict(), strict=True)  # fixed masks are not saved
+    assert_same_function(masked, rebuilt, len(model.encoder.dictionary))
