@@ -1,11 +1,12 @@
 """Per-head gate values read straight from a checkpoint's state dict (no model is built)."""
 import math
 import re
-from typing import List, NamedTuple
+from typing import Dict, List, NamedTuple, Optional
 
 import torch
 
 from .modules.gated_attention import attention_type_of
+from .pruning.head_target import ALL_HEADS, TARGET_SLOTS, top_k_mask
 from .modules.hard_concrete import (
     DEFAULT_STRETCH,
     DEFAULT_TEMPERATURE,
@@ -23,6 +24,7 @@ class GateRow(NamedTuple):
     log_alpha: float
     p_open: float
     gate: float
+    kept: bool
 
 
 def model_args(state: dict):
@@ -43,30 +45,56 @@ def gate_rows(state: dict) -> List[GateRow]:
     temperature = option("gate_temperature", DEFAULT_TEMPERATURE)
     low = option("gate_stretch_low", DEFAULT_STRETCH[0])
     high = option("gate_stretch_high", DEFAULT_STRETCH[1])
-    rows = []
+    gates = []  # (type, layer, log_alpha) in state-dict (= model) order, as the top-K rule needs
     for key, log_alpha in state["model"].items():
         match = _GATE_KEY.match(key)
         address = attention_type_of(match.group("module")) if match else None
-        if address is None:
-            continue
-        log_alpha = log_alpha.float()
-        for head, (a, p, g) in enumerate(zip(log_alpha.tolist(),
-                                             prob_nonzero(log_alpha, temperature, low, high).tolist(),
-                                             deterministic_gates(log_alpha, low, high).tolist())):
-            rows.append(GateRow(address[0], address[1], head, a, p, g))
+        if address is not None:
+            gates.append((address[0], address[1], log_alpha.float()))
+    kept = kept_by_rule(gates, recorded_head_target(state["model"]), low, high)
+    rows = []
+    for (attention_type, layer, log_alpha), keep in zip(gates, kept):
+        for head, (a, p, g, k) in enumerate(zip(log_alpha.tolist(),
+                                                prob_nonzero(log_alpha, temperature, low, high).tolist(),
+                                                deterministic_gates(log_alpha, low, high).tolist(),
+                                                keep.tolist())):
+            rows.append(GateRow(attention_type, layer, head, a, p, g, bool(k)))
     order = {"enc-self": 0, "dec-self": 1, "enc-dec": 2}
     return sorted(rows, key=lambda r: (order[r.attention_type], r.layer, r.head))
+
+
+def recorded_head_target(model_state: dict) -> Optional[Dict[str, int]]:
+    """The --target-heads a checkpoint recorded (see pruning.head_target), or None."""
+    counts = model_state.get("head_target_record.counts")
+    if counts is None:
+        return None
+    target = {slot: k for slot, k in zip(TARGET_SLOTS, counts.tolist()) if k >= 0}
+    return target or None
+
+
+def kept_by_rule(gates, target, low, high) -> List[torch.Tensor]:
+    """The head-keeping rule of HardConcreteGate.is_open / TargetedHardConcreteGate.is_open on
+    raw log-alphas: deterministic gate > 0, or top-K per target group when a target is recorded."""
+    kept = [deterministic_gates(log_alpha, low, high) > 0 for _, _, log_alpha in gates]
+    for group, k in (target or {}).items():
+        members = [i for i, (t, _, _) in enumerate(gates) if group == ALL_HEADS or t == group]
+        if not members:
+            continue
+        mask = top_k_mask(torch.cat([gates[i][2] for i in members]), k)
+        for i, part in zip(members, mask.split([gates[i][2].numel() for i in members])):
+            kept[i] = part
+    return kept
 
 
 def format_gate_table(rows: List[GateRow]) -> str:
     lines = [f"{'type':<9} {'layer':>5} {'head':>4} {'log_alpha':>9} {'P(open)':>8} {'gate':>6}  kept"]
     for r in rows:
-        kept = "yes" if r.gate > 0 else "no"
+        kept = "yes" if r.kept else "no"
         lines.append(f"{r.attention_type:<9} {r.layer:>5} {r.head:>4} {r.log_alpha:>9.3f} "
                      f"{r.p_open:>8.4f} {r.gate:>6.3f}  {kept}")
     totals = {}
     for r in rows:
         kept, total = totals.get(r.attention_type, (0, 0))
-        totals[r.attention_type] = (kept + (r.gate > 0), total + 1)
+        totals[r.attention_type] = (kept + r.kept, total + 1)
     lines.append("heads kept: " + ", ".join(f"{t} {k}/{n}" for t, (k, n) in totals.items()))
     return "\n".join(lines)

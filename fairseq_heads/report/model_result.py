@@ -111,7 +111,7 @@ def kept_heads(state: dict, head_mask: Optional[dict] = None):
         layers, heads = layout[row.attention_type]
         table = p_open.setdefault(row.attention_type, [[float("nan")] * heads for _ in range(layers)])
         table[row.layer][row.head] = round(row.p_open, 5)
-        kept[row.attention_type][row.layer][row.head] = int(row.gate > 0)
+        kept[row.attention_type][row.layer][row.head] = int(row.kept)
     return ("gates" if rows else "all"), kept, p_open
 
 

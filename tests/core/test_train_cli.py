@@ -31,7 +31,7 @@ def check(process):
 
 
 def open_heads(checkpoint) -> int:
-    return sum(row.gate > 0 for row in gate_rows(load_checkpoint(str(checkpoint))))
+    return sum(row.kept for row in gate_rows(load_checkpoint(str(checkpoint))))
 
 
 @pytest.fixture(scope="module")

@@ -98,6 +98,14 @@ def test_training_with_target_heads_ends_with_exactly_k_heads(target_run, toy_da
     checkpoint, log = target_run
     model = load(checkpoint, toy_data_bin.data_bin)
     assert sum(n for n, _ in open_heads_per_type(model).values()) == TARGET
+    # the gate table read from the raw checkpoint applies the same rule
+    from fairseq_heads.compat import load_checkpoint
+    from fairseq_heads.gate_table import gate_rows
+
+    rows = gate_rows(load_checkpoint(str(checkpoint)))
+    assert sum(row.kept for row in rows) == TARGET
+    kept_by_model = {(t, layer, h) for t, layer, g in iter_gates(model) for h in torch.nonzero(g.is_open()).flatten().tolist()}
+    assert {(r.attention_type, r.layer, r.head) for r in rows if r.kept} == kept_by_model
     # ... and E[L0] moved from ~all 24 heads toward K
     initial = 24 * prob_nonzero(torch.tensor(3.0), 1 / 3, -0.1, 1.1).item()
     final = expected_l0(model).item()
