@@ -1,5 +1,6 @@
 """`fairseq-heads`: argument parsing and wiring only; the work is in the library modules."""
 import argparse
+import importlib
 import os
 import sys
 from typing import List, Optional
@@ -27,6 +28,27 @@ def cmd_user_dir(args) -> int:
     return 0
 
 
+# (subcommand, module in fairseq_heads.commands, its argument builder, its runner, help)
+SUBCOMMANDS = [
+    ("prepare", "prepare", "add_arguments", "run",
+     "clean, sentencepiece-encode and binarise a parallel corpus (or the built-in toy one)"),
+    ("prune", "prune", "add_arguments", "run",
+     "physically remove heads: a smaller, faster gated_transformer checkpoint"),
+    ("curve", "curve", "add_arguments", "run",
+     "BLEU as the lowest-scoring heads are removed step by step (Michel et al. 2019); CSV + plot"),
+    ("stats", "stats", "add_stats_arguments", "run_stats",
+     "per-head statistics of a translation model on a data subset: tables and heatmaps"),
+    ("plot", "stats", "add_plot_arguments", "run_plot",
+     "redraw the figures of a `stats` folder from its tables"),
+    ("mask", "recipe", "add_mask_arguments", "run_mask",
+     "write the head mask (JSON for --head-mask) of a gated checkpoint's open heads"),
+    ("result", "recipe", "add_result_arguments", "run_result",
+     "a model's result file: sacreBLEU of a fairseq-generate output + heads kept"),
+    ("report", "recipe", "add_report_arguments", "run_report",
+     "tables.md, figures and report.html from a recipe's results folder"),
+]
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -43,51 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     user_dir = commands.add_parser("user-dir", help="print the path to pass to fairseq's --user-dir")
     user_dir.set_defaults(run=cmd_user_dir)
 
-    from .commands import prepare
-
-    prepare_parser = commands.add_parser("prepare", help="clean, sentencepiece-encode and binarise "
-                                                         "a parallel corpus (or the built-in toy one)")
-    prepare.add_arguments(prepare_parser)
-    prepare_parser.set_defaults(run=prepare.run)
-
-    # --- pruning (fairseq_heads/pruning, docs/pruning.md) ---
-    from .commands import curve, prune
-
-    prune_parser = commands.add_parser("prune", help="physically remove heads: a smaller, faster "
-                                                     "gated_transformer checkpoint")
-    prune.add_arguments(prune_parser)
-    prune_parser.set_defaults(run=prune.run)
-    curve_parser = commands.add_parser("curve", help="BLEU as the lowest-scoring heads are removed "
-                                                     "step by step (Michel et al. 2019); CSV + plot")
-    curve.add_arguments(curve_parser)
-    curve_parser.set_defaults(run=curve.run)
-
-    from .commands import stats
-
-    stats_parser = commands.add_parser("stats", help="per-head statistics of a translation model "
-                                                     "on a data subset: tables and heatmaps")
-    stats.add_stats_arguments(stats_parser)
-    stats_parser.set_defaults(run=stats.run_stats)
-    plot_parser = commands.add_parser("plot", help="redraw the figures of a `stats` folder "
-                                                   "from its tables")
-    stats.add_plot_arguments(plot_parser)
-    plot_parser.set_defaults(run=stats.run_plot)
-
-    # --- recipes: head masks from gates, per-model result files, the paper-tables report ---
-    from .commands import recipe
-
-    mask_parser = commands.add_parser("mask", help="write the head mask (JSON for --head-mask) "
-                                                   "of a gated checkpoint's open heads")
-    recipe.add_mask_arguments(mask_parser)
-    mask_parser.set_defaults(run=recipe.run_mask)
-    result_parser = commands.add_parser("result", help="a model's result file: sacreBLEU of a "
-                                                       "fairseq-generate output + heads kept")
-    recipe.add_result_arguments(result_parser)
-    result_parser.set_defaults(run=recipe.run_result)
-    report_parser = commands.add_parser("report", help="tables.md, figures and report.html "
-                                                       "from a recipe's results folder")
-    recipe.add_report_arguments(report_parser)
-    report_parser.set_defaults(run=recipe.run_report)
+    for name, module_name, add_arguments, run, help_text in SUBCOMMANDS:
+        module = importlib.import_module(f".commands.{module_name}", __package__)
+        subparser = commands.add_parser(name, help=help_text)
+        getattr(module, add_arguments)(subparser)
+        subparser.set_defaults(run=getattr(module, run))
     return parser
 
 
