@@ -23,8 +23,8 @@ BASELINE_TRAIN_ARGS="--optimizer adam --lr 5e-3 --lr-scheduler inverse_sqrt --wa
 # (tiny, barely trained) model's loss closes every head at once: small lambdas keep some.
 FINETUNE_ARGS="--optimizer gate_adam --lr 1e-3 --gate-lr-scale 400 --lr-scheduler fixed
   --max-update ${TOY_UPDATES:-20}"
-LAMBDAS_ENC=${LAMBDAS_ENC:-0.01}
-LAMBDAS_ALL=${LAMBDAS_ALL:-0.01}
+LAMBDAS_ENC=${LAMBDAS_ENC-0.01}
+LAMBDAS_ALL=${LAMBDAS_ALL-0.01}
 GATE_TRACE_INTERVAL=5
 GEN_SUBSET=test
 GEN_ARGS="--beam 2 --batch-size 64"

@@ -59,8 +59,8 @@ base)
     --max-update ${BASELINE_UPDATES:-20000} --patience 10"
   FINETUNE_ARGS="--optimizer gate_adam --lr 1e-4 --gate-lr-scale 50 --lr-scheduler fixed
     --max-update ${FINETUNE_UPDATES:-5000}"
-  LAMBDAS_ENC=${LAMBDAS_ENC:-0.005 0.01 0.02 0.05 0.1 0.2}
-  LAMBDAS_ALL=${LAMBDAS_ALL:-0.005 0.01 0.02 0.05}
+  LAMBDAS_ENC=${LAMBDAS_ENC-0.005 0.01 0.02 0.05 0.1 0.2}
+  LAMBDAS_ALL=${LAMBDAS_ALL-0.005 0.01 0.02 0.05}
   GATE_TRACE_INTERVAL=100
   GEN_SUBSET=test
   GEN_ARGS="--beam 4 --lenpen 0.6 --batch-size 128"
@@ -74,7 +74,7 @@ base)
   STATS_CONLLU=""
   STATS_ARGS=""
   CURVE_METRIC=grad
-  CURVE_STEPS=0,8,16,24,32,36,40,44,46
+  CURVE_STEPS=${CURVE_STEPS:-0,8,16,24,32,36,40,44,46}
   CURVE_ARGS="--beam 4 --batch-size 128"
   DEVICE_ARGS=""
   ;;
