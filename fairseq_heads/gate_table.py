@@ -1,5 +1,4 @@
 """Per-head gate values read straight from a checkpoint's state dict (no model is built)."""
-import math
 import re
 from typing import Dict, List, NamedTuple, Optional
 

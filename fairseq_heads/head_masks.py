@@ -5,14 +5,13 @@ one list of 0/1 per layer (0-based, in order), one entry per head. Types left ou
 """
 import json
 import os
-import tempfile
 from typing import Dict, List
 
 import torch
 from torch import nn
 
+from .atomic import write_text_atomic as write_atomic  # noqa: F401  (re-exported)
 from .modules.gated_attention import ATTENTION_TYPES, GatedMultiheadAttention, iter_attention
-from .modules.hard_concrete import HardConcreteGate
 
 HeadMask = Dict[str, torch.Tensor]  # attention type -> (layers, heads) bool tensor
 
@@ -55,20 +54,6 @@ def head_mask_to_json(mask: HeadMask) -> Dict[str, List[List[int]]]:
 
 def save_head_mask(mask: HeadMask, path: str) -> None:
     write_atomic(path, json.dumps(head_mask_to_json(mask), indent=1) + "\n")
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Write text to path via a temporary file in the same folder and a rename."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def model_head_shape(model: nn.Module) -> Dict[str, List[int]]:

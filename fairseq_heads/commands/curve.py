@@ -4,7 +4,6 @@ Argument parsing and wiring only; the work is in `fairseq_heads.pruning.curve`.
 """
 import argparse
 import os
-import tempfile
 
 from ..pruning.importance import METRICS
 
@@ -41,6 +40,7 @@ def run(args) -> int:
 
     from ..cli import CommandError
     from ..compat import patch_fairseq_checkpoint_loading
+    from ..atomic import atomic_path
     from ..head_masks import model_head_shape, write_atomic
     from ..pruning.curve import curve_csv, parse_steps, plot_curve, pruning_curve, read_overlay
     from ..pruning.importance import check_scores_match_model, read_head_scores
@@ -69,14 +69,8 @@ def run(args) -> int:
                            limit=args.limit, rescore_subset=args.rescore_subset, progress=progress)
     write_atomic(args.out, curve_csv(points))
     png = os.path.splitext(args.out)[0] + ".png"
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(png)), prefix=".tmp-", suffix=".png")
-    os.close(fd)
-    try:
+    with atomic_path(png) as tmp:
         plot_curve(points, tmp, f"{args.metric}{' (rescored)' if args.rescore else ''}", overlay)
-        os.replace(tmp, png)
-    except BaseException:
-        os.unlink(tmp)
-        raise
     print(f"sacreBLEU signature: {points[0].signature}")
     print(f"wrote {args.out} and {png}")
     return 0

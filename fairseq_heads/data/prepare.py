@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from fairseq_heads.atomic import write_bytes_atomic, write_text_atomic
 from fairseq_heads.data import synthetic_corpus
 
 logger = logging.getLogger(__name__)
@@ -220,7 +221,7 @@ class StepFolder:
 
 def write_json_atomic(path: Path, data) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    synthetic_corpus.write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 # --------------------------------------------------------------------------- validation
@@ -419,8 +420,8 @@ def run_spm_train(config: PrepareConfig, paths: WorkPaths) -> None:
         raise DataPrepError(f"sentencepiece training failed (--vocab-size {config.vocab_size}?): {e}") from None
     processor = spm.SentencePieceProcessor(model_proto=model.getvalue())
     vocab = "".join(f"{processor.id_to_piece(i)}\t{processor.get_score(i):g}\n" for i in range(processor.get_piece_size()))
-    synthetic_corpus.write_bytes_atomic(paths.spm_model, model.getvalue())
-    synthetic_corpus.write_text_atomic(paths.spm_vocab, vocab)
+    write_bytes_atomic(paths.spm_model, model.getvalue())
+    write_text_atomic(paths.spm_vocab, vocab)
 
 
 def run_spm_encode(config: PrepareConfig, paths: WorkPaths) -> None:

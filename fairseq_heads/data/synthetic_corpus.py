@@ -23,11 +23,11 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
-import os
 import random
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..atomic import write_text_atomic
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 SPLITS = ("train", "valid", "test")
@@ -367,24 +367,6 @@ def lexicon_tsv(lexicon: Lexicon) -> str:
             gender = str(lemma.gender) if word_class == "noun" else "_"
             rows.append(f"{word_class}\t{rank}\t{lemma.source}\t{lemma.target}\t{gender}")
     return "\n".join(rows) + "\n"
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same directory and rename, so readers never see half a file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def generate_corpus(

@@ -1,5 +1,5 @@
 """`gated_transformer`: fairseq's Transformer with Hard Concrete gates on attention heads."""
-from typing import Dict, FrozenSet, Iterable, Iterator, List, Tuple
+from typing import Dict, FrozenSet, Iterator, List, Tuple
 
 import torch
 from fairseq.models import register_model, register_model_architecture

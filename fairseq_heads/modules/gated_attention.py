@@ -2,7 +2,6 @@
 import re
 from typing import Iterator, Optional, Tuple
 
-import torch
 from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 

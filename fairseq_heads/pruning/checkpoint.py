@@ -8,7 +8,6 @@ the arch switched to `gated_transformer` and the layout in `head_layout`; fairse
 """
 import copy
 import os
-import tempfile
 from argparse import Namespace
 from typing import Callable, Dict, List, NamedTuple
 
@@ -18,6 +17,7 @@ from fairseq.data import Dictionary
 from omegaconf import OmegaConf
 from torch import nn
 
+from ..atomic import atomic_path
 from ..compat import load_checkpoint
 from ..gate_table import model_args
 from ..head_masks import model_head_shape
@@ -102,16 +102,8 @@ def checkpoint_state_to_save(state: dict, model: nn.Module, args: Namespace) -> 
 
 
 def save_atomic(obj, path: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 class PruneResult(NamedTuple):
