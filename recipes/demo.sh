@@ -3,7 +3,7 @@
 #   toy corpus -> sentencepiece -> fairseq-preprocess -> train a plain tiny `transformer`
 #   -> fine-tune `gated_transformer_tiny` from it with the L0 penalty -> fairseq-generate + sacreBLEU
 #   -> BLEU before/after and the heads left open per attention type.
-# Finished steps are skipped on a re-run (delete $WORK to start over). ~6 minutes on 2 CPU cores.
+# Finished steps are skipped on a re-run (delete $WORK to start over). ~5 minutes on 2 CPU cores.
 # Environment: WORK (default work/demo), L0_LAMBDA (default 0.05), EPOCHS (default 12),
 #              FINETUNE_UPDATES (default 400), THREADS (default 2).
 set -euo pipefail
