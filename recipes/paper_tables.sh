@@ -13,6 +13,8 @@
 #   FINETUNE_ARGS         optimizer/schedule/length of the L0 fine-tuning runs
 #   LAMBDAS_ENC           L0 lambdas of the encoder-only runs (decoder frozen)
 #   LAMBDAS_ALL           L0 lambdas of the all-attention-types runs (gate trace recorded)
+#   SCRATCH_LAMBDAS       which of LAMBDAS_ALL also get their pruned layout trained from scratch
+#                         (default: all of them; each costs a whole baseline training)
 #   GATE_TRACE_INTERVAL   updates between gate-trace records
 #   GEN_SUBSET, GEN_ARGS  the subset BLEU is measured on, fairseq-generate options (beam, batch)
 #   STATS_SUBSET, STATS_CONLLU, STATS_ARGS   `fairseq-heads stats` of the baseline (conllu may be empty)
@@ -110,14 +112,13 @@ step_stats() {
 
 step_curve() {
   # Only the encoder heads are scored, so the curve removes encoder heads: the x axis of the
-  # encoder-pruning figure.
+  # encoder-pruning figure. The L0 points are drawn beside it by the report, not here, so adding
+  # a lambda does not redo the curve.
   awk -F, 'NR == 1 || $1 == "enc-self"' "$RESULTS/stats/baseline/heads.csv" > "$STEP_OUT/scores_enc_self.csv"
-  fairseq-heads report "$RESULTS" --l0-points "$STEP_OUT/l0_points.csv"
   # shellcheck disable=SC2086
   fairseq-heads curve "$DATA_BIN" --path "$RESULTS/models/baseline/checkpoint.pt" \
     --scores "$STEP_OUT/scores_enc_self.csv" --metric "$CURVE_METRIC" --steps "$CURVE_STEPS" \
-    --overlay "$STEP_OUT/l0_points.csv" --gen-subset "$GEN_SUBSET" -s "$SRC" -t "$TGT" \
-    $CURVE_ARGS --out "$STEP_OUT/curve.csv"
+    --gen-subset "$GEN_SUBSET" -s "$SRC" -t "$TGT" $CURVE_ARGS --out "$STEP_OUT/curve.csv"
 }
 
 step_report() {
@@ -154,6 +155,7 @@ for lambda in $LAMBDAS_ALL; do
     step_bleu "$name" all_l0 "$lambda" "" ""
   run_step "mask_$name" "$RESULTS/masks/$name" "mask" step_mask "$name"
   mask=$RESULTS/masks/$name/head_mask.json
+  case " ${SCRATCH_LAMBDAS-$LAMBDAS_ALL} " in *" $lambda "*) ;; *) continue ;; esac
   run_step "scratch_$name" "$RESULTS/models/scratch_$name" \
     "$SIZE_ARGS $TRAIN_ARGS $BASELINE_TRAIN_ARGS $EXTRA_TRAIN" step_from_scratch "$mask"
   run_step "bleu_scratch_$name" "$RESULTS/results/scratch_$name" "$GEN_SUBSET $GEN_ARGS $EXTRA_GENERATE" \
@@ -179,7 +181,7 @@ if ! have_subcommand curve; then
 elif [ ! -f "$RESULTS/stats/baseline/heads.csv" ]; then
   echo "skip curve: no head scores (stats/baseline/heads.csv)"
 else
-  run_step curve "$RESULTS/curve" "$CURVE_METRIC $CURVE_STEPS $CURVE_ARGS $GEN_SUBSET $LAMBDAS_ENC" step_curve
+  run_step curve "$RESULTS/curve" "$CURVE_METRIC $CURVE_STEPS $CURVE_ARGS $GEN_SUBSET" step_curve
 fi
 
 # The report reads every result file, so it is redone whenever a step above (re)ran.

@@ -16,6 +16,7 @@ import tempfile
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from . import figures, layout, tables
+from .model_result import parse_generate_output
 from .tables import MissingInput, Table
 
 
@@ -26,6 +27,7 @@ class Inputs(NamedTuple):
     curve: Optional[List[Dict[str, str]]]
     traces: Dict[str, str]  # model name -> gate-trace path
     results_dir: str
+    translations: Dict[str, Tuple[List[str], List[str]]]  # model name -> (hypotheses, references)
 
 
 class Section(NamedTuple):
@@ -61,16 +63,21 @@ def load_inputs(results_dir: str) -> Inputs:
     if os.path.isfile(agreement_json):
         with open(agreement_json, encoding="utf-8") as f:
             agreement = json.load(f)
-    traces = {}
+    traces, translations = {}, {}
     for result in results:
         path = os.path.join(results_dir, layout.MODELS, result["name"], layout.GATE_TRACE)
         if os.path.isfile(path) and os.path.getsize(path) > 0:
             traces[result["name"]] = path
+        path = os.path.join(results_dir, layout.RESULTS, result["name"], layout.GENERATE_OUTPUT)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                hypotheses, references, _ = parse_generate_output(f.read())
+            translations[result["name"]] = (hypotheses, references)
     return Inputs(results,
                   read_csv(heads_csv) if os.path.isfile(heads_csv) else None,
                   agreement,
                   read_csv(curve_csv) if os.path.isfile(curve_csv) else None,
-                  traces, results_dir)
+                  traces, results_dir, translations)
 
 
 def write_l0_points(results_dir: str, out: str) -> int:
@@ -86,18 +93,30 @@ def write_l0_points(results_dir: str, out: str) -> int:
 # ------------------------------------------------------------------ the sections
 
 
+_DIFFERENCES = "BLEU differences, paired bootstrap"
+
+
+def _differences(inputs: Inputs, kinds) -> Tuple[str, Table]:
+    try:
+        return _DIFFERENCES, tables.bleu_difference_table(inputs.results, inputs.translations, kinds)
+    except MissingInput as missing:
+        return f"{_DIFFERENCES}: not computed ({missing})", Table([], [])
+
+
 def _encoder_section(inputs: Inputs, draw: Callable) -> Section:
     table = tables.encoder_pruning_table(inputs.results, inputs.curve)
     curve = tables.curve_points(inputs.curve) if inputs.curve else []
     name = draw("encoder_pruning.png", figures.encoder_pruning_figure,
                 tables.encoder_sweep_points(inputs.results), curve)
     return Section("1. Encoder heads: BLEU against heads kept (L0 sweep, decoder frozen) and "
-                   "heuristic pruning", [("", table)], [("BLEU against encoder heads kept", name)])
+                   "heuristic pruning", [("", table), _differences(inputs, [layout.ENCODER_L0])],
+                   [("BLEU against encoder heads kept", name)])
 
 
 def _all_types_section(inputs: Inputs, draw: Callable) -> Section:
     return Section("2. All attention types pruned: heads kept, BLEU from trained vs from scratch",
-                   [("", tables.all_types_table(inputs.results))], [])
+                   [("", tables.all_types_table(inputs.results)),
+                    _differences(inputs, [layout.ALL_L0, layout.FROM_SCRATCH])], [])
 
 
 def _first_losses_section(inputs: Inputs, draw: Callable) -> Section:

@@ -1,6 +1,7 @@
 """Where a recipe's results folder keeps what the report reads (paths relative to RESULTS_DIR).
 
     results/<model>/result.json   one per translation model (see model_result.py)
+    results/<model>/generate.txt  its fairseq-generate output (for paired bootstrap tests)
     models/<model>/gate_trace.jsonl   per-head gates over fine-tuning (the `--gate-trace` file)
     stats/baseline/heads.csv, agreement.json   `fairseq-heads stats` of the baseline
     curve/curve.csv               `fairseq-heads curve` of the baseline (encoder heads)
@@ -10,6 +11,7 @@ import os
 
 RESULTS = "results"
 RESULT_FILE = "result.json"
+GENERATE_OUTPUT = "generate.txt"
 MODELS = "models"
 GATE_TRACE = "gate_trace.jsonl"
 BASELINE_STATS = os.path.join("stats", "baseline")

@@ -138,6 +138,49 @@ def all_types_table(results: Sequence[dict]) -> Table:
     return Table(["model", *ATTENTION_TYPES, "BLEU (from trained)", "BLEU (from scratch)"], rows)
 
 
+def bleu_difference_table(results: Sequence[dict],
+                          translations: Dict[str, Tuple[List[str], List[str]]],
+                          kinds: Sequence[str], samples: int = 1000) -> Table:
+    """Paired-bootstrap BLEU differences (significance.py): each L0 model of `kinds` against the
+    baseline, each from-scratch model against the model its layout came from. `translations`:
+    model name -> (hypotheses, references) of its fairseq-generate output."""
+    from .significance import paired_bootstrap, sentence_statistics
+
+    baseline = the_baseline(results)
+    by_name = {r["name"]: r for r in results}
+    pairs = []
+    for kind in kinds:
+        for result in by_kind(results, kind):
+            against = by_name.get(result.get("from_model")) if kind == FROM_SCRATCH else baseline
+            if against is not None:
+                pairs.append((result, against))
+    if not pairs:
+        raise MissingInput(f"no results of kind {', '.join(kinds)}")
+    missing = sorted({r["name"] for pair in pairs for r in pair if r["name"] not in translations})
+    if missing:
+        raise MissingInput("no fairseq-generate output (results/<model>/generate.txt) of "
+                           + ", ".join(missing))
+    statistics = {}
+
+    def statistics_of(name):
+        if translations[name][1] != translations[baseline["name"]][1]:
+            raise MissingInput(f"{name} was scored on other references than the baseline")
+        if name not in statistics:
+            statistics[name] = sentence_statistics(*translations[name])
+        return statistics[name]
+
+    rows = []
+    for result, against in pairs:
+        difference = paired_bootstrap(statistics_of(result["name"]), statistics_of(against["name"]),
+                                      samples=samples)
+        excludes_zero = difference.ci_low > 0 or difference.ci_high < 0
+        rows.append([result["name"], against["name"], difference.delta, difference.ci_low,
+                     difference.ci_high, "yes" if excludes_zero else "no"])
+    return Table(["model", "against", "ΔBLEU", "95% CI low", "95% CI high", "CI excludes 0"], rows,
+                 f"paired bootstrap over the test sentences, {samples} resamples (Koehn 2004); "
+                 "a CI that includes 0 means this test set cannot tell the two apart")
+
+
 # ------------------------------------------------------------------ (3) what goes first
 
 

@@ -79,7 +79,7 @@ cpu)
   # sweep spans "almost all heads" to "a handful".
   LAMBDAS_ENC=${LAMBDAS_ENC-0.005 0.01 0.02 0.05 0.1}
   LAMBDAS_ALL=${LAMBDAS_ALL-0.005 0.01 0.02 0.05}
-  GATE_TRACE_INTERVAL=25
+  GATE_TRACE_INTERVAL=${GATE_TRACE_INTERVAL:-25}
   GEN_SUBSET=test
   GEN_ARGS="--beam 5 --batch-size 128"
   STATS_ARGS="--cpu"

@@ -27,7 +27,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def run_recipe(results, **extra_env):
     env = dict(os.environ, SCALE="toy", RESULTS=str(results), THREADS="1", **extra_env)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    for name in ("LAMBDAS_ENC", "LAMBDAS_ALL", "RECIPE_EXTRA_TRAIN_ARGS", "RECIPE_EXTRA_GENERATE_ARGS"):
+    for name in ("LAMBDAS_ENC", "LAMBDAS_ALL", "SCRATCH_LAMBDAS", "RECIPE_EXTRA_TRAIN_ARGS", "RECIPE_EXTRA_GENERATE_ARGS"):
         if name not in extra_env:
             env.pop(name, None)
     started = time.monotonic()
@@ -87,8 +87,6 @@ def test_statistics_and_curve(toy_results):
     with open(results / "curve" / "curve.csv") as f:
         curve = list(csv.DictReader(f))
     assert [int(r["heads_kept"]) for r in curve] == [8, 6, 4, 2]  # encoder heads only
-    with open(results / "curve" / "l0_points.csv") as f:
-        assert f.readline().strip() == "heads_kept,bleu,label"
 
 
 def test_tables_and_figures(toy_results):
@@ -119,6 +117,21 @@ def test_rerun_skips_every_step(toy_results):
     assert len(re.findall(r"^skip \S+ \(done\)$", process.stdout, re.M)) == 14
     assert (results / "tables.md").stat().st_mtime_ns == before
     assert seconds < 60
+
+
+def test_more_lambdas_run_only_their_own_steps(toy_results):
+    """Adding a lambda to each sweep runs that lambda's steps and the report, nothing else: the
+    curve does not depend on the lambdas, and SCRATCH_LAMBDAS="" skips the from-scratch run."""
+    results, _ = toy_results
+    process, _ = run_recipe(results, LAMBDAS_ENC=f"{LAMBDA} 0.02", LAMBDAS_ALL=f"{LAMBDA} 0.02",
+                            SCRATCH_LAMBDAS="")
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    assert re.findall(r"^run  (\S+)$", process.stdout, re.M) == [
+        "enc_l0_0.02", "bleu_enc_l0_0.02", "all_l0_0.02", "bleu_all_l0_0.02", "mask_all_l0_0.02", "report"]
+    assert "skip curve (done)" in process.stdout
+    assert not (results / "models" / "scratch_all_l0_0.02").exists()
+    # the report has the new points
+    assert "λ=0.02" in (results / "tables.md").read_text()
 
 
 def test_failing_step_leaves_no_marker_and_no_result(toy_results):
