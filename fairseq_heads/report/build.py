@@ -8,6 +8,7 @@ leaves the previous one (or none) behind, never half of one.
 import base64
 import csv
 import glob
+import gzip
 import html
 import json
 import os
@@ -69,10 +70,12 @@ def load_inputs(results_dir: str) -> Inputs:
         if os.path.isfile(path) and os.path.getsize(path) > 0:
             traces[result["name"]] = path
         path = os.path.join(results_dir, layout.RESULTS, result["name"], layout.GENERATE_OUTPUT)
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8") as f:
-                hypotheses, references, _ = parse_generate_output(f.read())
-            translations[result["name"]] = (hypotheses, references)
+        for candidate, opener in ((path, open), (path + ".gz", gzip.open)):
+            if os.path.isfile(candidate):
+                with opener(candidate, "rt", encoding="utf-8") as f:
+                    hypotheses, references, _ = parse_generate_output(f.read())
+                translations[result["name"]] = (hypotheses, references)
+                break
     return Inputs(results,
                   read_csv(heads_csv) if os.path.isfile(heads_csv) else None,
                   agreement,

@@ -1,4 +1,5 @@
 """Paired bootstrap BLEU differences (fairseq_heads/report/significance.py) and their table."""
+import gzip
 import random
 
 import numpy as np
@@ -97,10 +98,15 @@ def test_report_pairs_l0_models_with_the_baseline_and_scratch_with_its_source(tm
                "all_l0_1": damaged(references, 0.6, 2), "scratch_all_l0_0.1": damaged(references, 0.5, 4),
                "scratch_all_l0_1": damaged(references, 0.9, 3)}
     for name, hypotheses in systems.items():
-        (tmp_path / "results_dir" / "results" / name / "generate.txt").write_text(
-            generate_output(hypotheses, references))
+        path = tmp_path / "results_dir" / "results" / name / "generate.txt"
+        if name == "baseline":  # an archived, gzipped output is read as well
+            with gzip.open(f"{path}.gz", "wt", encoding="utf-8") as f:
+                f.write(generate_output(hypotheses, references))
+        else:
+            path.write_text(generate_output(hypotheses, references))
     inputs = load_inputs(root)
     assert inputs.translations["all_l0_1"] == (systems["all_l0_1"], references)  # id order restored
+    assert inputs.translations["baseline"] == (references, references)
     table = tables.bleu_difference_table(RESULTS, inputs.translations, ["all_l0", "from_scratch"], samples=100)
     assert [row[:2] for row in table.rows] == [["all_l0_0.1", "baseline"], ["all_l0_1", "baseline"],
                                                ["scratch_all_l0_0.1", "all_l0_0.1"],

@@ -1,8 +1,8 @@
-"""End to end: `SCALE=toy recipes/multi30k_en_de/run.sh` (synthetic corpus, 2+2 layers d=32,
-20-30 updates per training) writes every table and figure; a re-run skips every step; a step
-that fails leaves no done marker and no result behind.
+"""End to end, for each recipe: `SCALE=toy recipes/<recipe>/run.sh` (synthetic corpus, 2+2
+layers d=32, 20-30 updates per training) writes every table and figure; a re-run skips every
+step; a step that fails leaves no done marker and no result behind.
 
-Takes a few minutes on 2 CPU cores (mostly starting ~17 Python processes).
+Takes a few minutes per recipe on 2 CPU cores (mostly starting ~17 Python processes).
 """
 import base64
 import csv
@@ -17,30 +17,41 @@ import time
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RECIPE = os.path.join(REPO, "recipes", "multi30k_en_de", "run.sh")
+RECIPES = ("multi30k_en_de", "wmt_en_ru")
 LAMBDA = "0.01"  # the toy scale's default: one lambda per sweep
 MODELS = ("baseline", f"enc_l0_{LAMBDA}", f"all_l0_{LAMBDA}", f"scratch_all_l0_{LAMBDA}")
 FIGURES = ("encoder_pruning.png", "heads_kept_by_type.png", "gate_trace.png", "survivors.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def run_recipe(results, **extra_env):
+def recipe_script(recipe):
+    return os.path.join(REPO, "recipes", recipe, "run.sh")
+
+
+def run_recipe(results, recipe="multi30k_en_de", **extra_env):
     env = dict(os.environ, SCALE="toy", RESULTS=str(results), THREADS="1", **extra_env)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     for name in ("LAMBDAS_ENC", "LAMBDAS_ALL", "SCRATCH_LAMBDAS", "RECIPE_EXTRA_TRAIN_ARGS", "RECIPE_EXTRA_GENERATE_ARGS"):
         if name not in extra_env:
             env.pop(name, None)
     started = time.monotonic()
-    process = subprocess.run(["bash", RECIPE], env=env, capture_output=True, text=True, timeout=1800)
+    process = subprocess.run(["bash", recipe_script(recipe)], env=env, capture_output=True, text=True, timeout=1800)
     return process, time.monotonic() - started
 
 
-@pytest.fixture(scope="module")
-def toy_results(tmp_path_factory):
-    results = tmp_path_factory.mktemp("recipe") / "multi30k_toy"
-    process, _ = run_recipe(results)
+@pytest.fixture(scope="module", params=RECIPES)
+def toy_results(request, tmp_path_factory):
+    results = tmp_path_factory.mktemp("recipe") / f"{request.param}_toy"
+    process, _ = run_recipe(results, request.param)
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
     return results, process
+
+
+def only_for_multi30k(results):
+    """The step runner and the sweeps are the same code in every recipe (paper_tables.sh): the
+    slower re-run tests run on one recipe only."""
+    if not results.name.startswith("multi30k_en_de"):
+        pytest.skip("re-run behaviour is shared by the recipes: tested on multi30k_en_de")
 
 
 def test_every_step_ran(toy_results):
@@ -108,10 +119,10 @@ def test_tables_and_figures(toy_results):
     assert page.rstrip().endswith("</html>") and "Skipped" not in page
 
 
-def test_rerun_skips_every_step(toy_results):
+def test_rerun_skips_every_step(toy_results, request):
     results, _ = toy_results
     before = (results / "tables.md").stat().st_mtime_ns
-    process, seconds = run_recipe(results)
+    process, seconds = run_recipe(results, request.node.callspec.params["toy_results"])
     assert process.returncode == 0, process.stderr[-3000:]
     assert not re.findall(r"^run  ", process.stdout, re.M)
     assert len(re.findall(r"^skip \S+ \(done\)$", process.stdout, re.M)) == 14
@@ -123,6 +134,7 @@ def test_more_lambdas_run_only_their_own_steps(toy_results):
     """Adding a lambda to each sweep runs that lambda's steps and the report, nothing else: the
     curve does not depend on the lambdas, and SCRATCH_LAMBDAS="" skips the from-scratch run."""
     results, _ = toy_results
+    only_for_multi30k(results)
     process, _ = run_recipe(results, LAMBDAS_ENC=f"{LAMBDA} 0.02", LAMBDAS_ALL=f"{LAMBDA} 0.02",
                             SCRATCH_LAMBDAS="")
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
@@ -137,6 +149,7 @@ def test_more_lambdas_run_only_their_own_steps(toy_results):
 def test_failing_step_leaves_no_marker_and_no_result(toy_results):
     """Run last: it redoes (and breaks) the baseline's BLEU step."""
     results, _ = toy_results
+    only_for_multi30k(results)
     process, _ = run_recipe(results, RECIPE_EXTRA_GENERATE_ARGS="--no-such-option")
     assert process.returncode != 0
     assert "redo bleu_baseline (settings changed)" in process.stdout
@@ -146,3 +159,13 @@ def test_failing_step_leaves_no_marker_and_no_result(toy_results):
     assert not (results / "results" / "baseline.partial").exists()
     assert (results / ".done" / "baseline").exists()  # earlier steps are untouched
     assert (results / "models" / "baseline" / "checkpoint.pt").exists()
+
+
+def test_wmt_recipe_names_missing_newstest_files(tmp_path):
+    """At its real scale the en-ru recipe checks for every newstest file before any step runs."""
+    env = dict(os.environ, RESULTS=str(tmp_path / "results"), DATA=str(tmp_path / "no_data"))
+    process = subprocess.run(["bash", recipe_script("wmt_en_ru")], env=env, capture_output=True,
+                             text=True, timeout=60)
+    assert process.returncode == 2
+    assert f"missing {tmp_path}/no_data/wmt_newstest/en-ru/newstest2012.en-ru.en.gz" in process.stderr
+    assert not (tmp_path / "results").exists()
