@@ -46,8 +46,20 @@ def read_csv(path: str) -> List[Dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def _open_text(path: str):
+    return (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8")
+
+
+def _archived(path: str) -> Optional[str]:
+    """path, or path.gz (an archived copy, as under docs/results), whichever exists first."""
+    for candidate in (path, path + ".gz"):
+        if os.path.isfile(candidate) and os.path.getsize(candidate) > 0:
+            return candidate
+    return None
+
+
 def read_trace(path: str) -> List[dict]:
-    with open(path, encoding="utf-8") as f:
+    with _open_text(path) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
@@ -66,16 +78,14 @@ def load_inputs(results_dir: str) -> Inputs:
             agreement = json.load(f)
     traces, translations = {}, {}
     for result in results:
-        path = os.path.join(results_dir, layout.MODELS, result["name"], layout.GATE_TRACE)
-        if os.path.isfile(path) and os.path.getsize(path) > 0:
-            traces[result["name"]] = path
-        path = os.path.join(results_dir, layout.RESULTS, result["name"], layout.GENERATE_OUTPUT)
-        for candidate, opener in ((path, open), (path + ".gz", gzip.open)):
-            if os.path.isfile(candidate):
-                with opener(candidate, "rt", encoding="utf-8") as f:
-                    hypotheses, references, _ = parse_generate_output(f.read())
-                translations[result["name"]] = (hypotheses, references)
-                break
+        trace = _archived(os.path.join(results_dir, layout.MODELS, result["name"], layout.GATE_TRACE))
+        if trace:
+            traces[result["name"]] = trace
+        generated = _archived(os.path.join(results_dir, layout.RESULTS, result["name"], layout.GENERATE_OUTPUT))
+        if generated:
+            with _open_text(generated) as f:
+                hypotheses, references, _ = parse_generate_output(f.read())
+            translations[result["name"]] = (hypotheses, references)
     return Inputs(results,
                   read_csv(heads_csv) if os.path.isfile(heads_csv) else None,
                   agreement,

@@ -3,7 +3,8 @@
     results/<model>/result.json   one per translation model (see model_result.py)
     results/<model>/generate.txt  its fairseq-generate output (for paired bootstrap tests; or
                                   generate.txt.gz, e.g. only its T- and D- lines, for archiving)
-    models/<model>/gate_trace.jsonl   per-head gates over fine-tuning (the `--gate-trace` file)
+    models/<model>/gate_trace.jsonl   per-head gates over fine-tuning (the `--gate-trace` file;
+                                  or gate_trace.jsonl.gz)
     stats/baseline/heads.csv, agreement.json   `fairseq-heads stats` of the baseline
     curve/curve.csv               `fairseq-heads curve` of the baseline (encoder heads)
     tables.md, report.html, figures/*.png   written by `fairseq-heads report`

@@ -218,3 +218,22 @@ def test_kept_heads_from_gates_mask_and_plain():
     assert source == "head_mask" and kept["enc-dec"] == [[0, 1]] and kept["enc-self"] == [[1, 1]]
     source, kept, _ = kept_heads({"args": args, "cfg": None, "model": {}})
     assert source == "all" and kept["enc-dec"] == [[1, 1]]
+
+
+def test_gzipped_gate_trace_is_read_like_the_plain_one(results_dir):
+    """docs/results archives traces as gate_trace.jsonl.gz; the report reads them the same."""
+    import gzip
+    import shutil
+
+    from fairseq_heads.report.build import read_trace
+
+    path = os.path.join(results_dir, "models", "all_l0_1", "gate_trace.jsonl")
+    plain = read_trace(path)
+    with open(path, "rb") as source, gzip.open(path + ".gz", "wb") as target:
+        shutil.copyfileobj(source, target)
+    os.remove(path)
+    inputs = load_inputs(results_dir)
+    assert inputs.traces == {"all_l0_1": path + ".gz"}
+    assert read_trace(inputs.traces["all_l0_1"]) == plain
+    build_report(results_dir)
+    assert os.path.isfile(os.path.join(results_dir, "figures", "gate_trace.png"))
