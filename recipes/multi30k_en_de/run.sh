@@ -7,7 +7,9 @@
 #   SCALE=toy recipes/multi30k_en_de/run.sh            # the whole pipeline on the toy corpus (minutes)
 #
 # Environment: RESULTS (default work/recipes/multi30k_en_de[_toy]), DATA (default ../shared/data),
-# BASELINE, SCALE (cpu|toy), LAMBDAS_ENC, LAMBDAS_ALL, FINETUNE_UPDATES, THREADS (default 2).
+# BASELINE, SCALE (cpu|toy), LAMBDAS_ENC, LAMBDAS_ALL, SCRATCH_LAMBDAS, FINETUNE_UPDATES,
+# GATE_TRACE_INTERVAL, THREADS (default 2). The commands behind docs/results/multi30k_en_de are
+# in its README.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)

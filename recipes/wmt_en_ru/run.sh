@@ -7,7 +7,7 @@
 #
 # Environment: RESULTS (default work/recipes/wmt_en_ru[_toy]), DATA (default ../shared/data),
 # SCALE (base|toy), TRAIN_YEARS, VALID_YEAR, TEST_YEAR, LAMBDAS_ENC, LAMBDAS_ALL,
-# FINETUNE_UPDATES, BASELINE_CHECKPOINT (a trained plain transformer on this data-bin),
+# SCRATCH_LAMBDAS, FINETUNE_UPDATES, BASELINE_CHECKPOINT (a trained plain transformer on this data-bin),
 # THREADS (default 2).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
