@@ -17,7 +17,7 @@ import tempfile
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from . import figures, layout, tables
-from .model_result import parse_generate_output
+from .model_result import ResultError, parse_generate_output
 from .tables import MissingInput, Table
 
 
@@ -84,7 +84,10 @@ def load_inputs(results_dir: str) -> Inputs:
         generated = _archived(os.path.join(results_dir, layout.RESULTS, result["name"], layout.GENERATE_OUTPUT))
         if generated:
             with _open_text(generated) as f:
-                hypotheses, references, _ = parse_generate_output(f.read())
+                try:
+                    hypotheses, references, _ = parse_generate_output(f.read())
+                except ResultError as error:
+                    raise ResultError(f"{generated}: {error}") from None
             translations[result["name"]] = (hypotheses, references)
     return Inputs(results,
                   read_csv(heads_csv) if os.path.isfile(heads_csv) else None,

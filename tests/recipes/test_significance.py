@@ -125,3 +125,13 @@ def test_report_pairs_l0_models_with_the_baseline_and_scratch_with_its_source(tm
     markdown = (tmp_path / "results_dir" / "tables.md").read_text()
     assert "**BLEU differences, paired bootstrap**" in markdown
     assert "not computed (no fairseq-generate output (results/<model>/generate.txt) of enc_l0_0.1" in markdown
+
+
+def test_a_broken_generate_output_is_named(tmp_path):
+    root = write_results_dir(str(tmp_path / "results_dir"))
+    broken = tmp_path / "results_dir" / "results" / "baseline" / "generate.txt"
+    broken.write_text("T-0\tonly a reference\n")
+    from fairseq_heads.report.model_result import ResultError
+
+    with pytest.raises(ResultError, match=f"{broken}: no D- .hypothesis. lines"):
+        load_inputs(root)
