@@ -1,7 +1,9 @@
 """Writing `fairseq-heads stats` results: heads.csv, heads.json, agreement.json and figures.
 
-Everything is first written to a temporary folder beside DIR and moved into DIR only once all
-files exist, so a failure leaves DIR as it was (for a new DIR: absent or empty).
+Everything is first written to a temporary folder beside DIR, which then replaces DIR as a whole:
+a failure leaves DIR as it was (for a new DIR: absent), and a re-run with fewer metrics leaves no
+figure of the earlier run behind. So that replacing DIR loses nothing else, DIR must be new,
+empty or hold only what `stats` writes (`check_out_dir`, run before the computation).
 """
 from __future__ import annotations
 
@@ -11,9 +13,12 @@ import json
 import math
 import os
 import shutil
-import tempfile
 from typing import Dict, List, Sequence
 
+from .atomic import make_staging_dir, staged_dir
+
+# What a stats folder holds: the tables and the figures (kinds, so that new figures need no list).
+OUTPUT_EXTENSIONS = (".csv", ".json", ".png")
 TABLE_CSV = "heads.csv"
 TABLE_JSON = "heads.json"
 AGREEMENT_JSON = "agreement.json"
@@ -68,6 +73,21 @@ def read_table(directory: str):
     return rows, document["columns"], document["meta"]
 
 
+def check_out_dir(directory: str) -> None:
+    """Raise ValueError (one line, naming DIR) unless `stats` may write DIR: absent, empty, or
+    an earlier stats folder, which is then replaced as a whole."""
+    if not os.path.lexists(directory):
+        return
+    if not os.path.isdir(directory):
+        raise ValueError(f"--out-dir {directory}: exists and is not a folder")
+    foreign = sorted(name for name in os.listdir(directory)
+                     if not (os.path.splitext(name)[1] in OUTPUT_EXTENSIONS
+                             and os.path.isfile(os.path.join(directory, name))))
+    if foreign:
+        raise ValueError(f"--out-dir {directory}: holds {foreign[0]!r}, which `stats` did not write "
+                         f"(the folder is replaced as a whole); choose a new or empty folder")
+
+
 def move_into(staging: str, directory: str) -> List[str]:
     """Move every file of `staging` into `directory` (created if needed); returns the paths."""
     os.makedirs(directory, exist_ok=True)
@@ -79,19 +99,13 @@ def move_into(staging: str, directory: str) -> List[str]:
     return moved
 
 
-def staging_folder(directory: str) -> str:
-    """A temporary folder on DIR's file system (so the final moves are renames)."""
-    parent = os.path.dirname(os.path.abspath(directory))
-    os.makedirs(parent, exist_ok=True)
-    return tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(os.path.abspath(directory))}.tmp-")
-
-
 def write_statistics(statistics, directory: str) -> List[str]:
-    """Write the tables, agreement and figures of a HeadStatistics into `directory`, atomically."""
+    """Write the tables, agreement and figures of a HeadStatistics as folder `directory`,
+    atomically, replacing an earlier stats folder there as a whole."""
     from .stats_plots import draw_figures
 
-    staging = staging_folder(directory)
-    try:
+    check_out_dir(directory)
+    with staged_dir(directory) as staging:
         with open(os.path.join(staging, TABLE_CSV), "w", encoding="utf-8") as f:
             f.write(table_csv(statistics.rows, statistics.columns))
         with open(os.path.join(staging, TABLE_JSON), "w", encoding="utf-8") as f:
@@ -99,9 +113,8 @@ def write_statistics(statistics, directory: str) -> List[str]:
         with open(os.path.join(staging, AGREEMENT_JSON), "w", encoding="utf-8") as f:
             f.write(json.dumps(_json_value(statistics.agreement), indent=1, allow_nan=False) + "\n")
         draw_figures(statistics.rows, statistics.meta, staging)
-        return move_into(staging, directory)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        names = sorted(os.listdir(staging))
+    return [os.path.join(directory, name) for name in names]
 
 
 def redraw_figures(directory: str) -> List[str]:
@@ -109,7 +122,7 @@ def redraw_figures(directory: str) -> List[str]:
     from .stats_plots import draw_figures
 
     rows, _, meta = read_table(directory)
-    staging = staging_folder(directory)
+    staging = make_staging_dir(directory)
     try:
         draw_figures(rows, meta, staging)
         return move_into(staging, directory)

@@ -49,16 +49,20 @@ def add_result_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the head mask the model was trained with (default: the one "
                              "recorded in the checkpoint)")
     parser.add_argument("--subset", default="test", help="the subset translated (default: %(default)s)")
+    parser.add_argument("--results-dir", default=None, metavar="DIR",
+                        help="paths in the file are relative to this folder (default: RESULTS for "
+                             "--out RESULTS/results/NAME/result.json, else --out's folder)")
 
 
 def run_result(args) -> int:
-    from ..report.model_result import build_model_result, write_model_result
+    from ..report.model_result import build_model_result, results_dir_of, write_model_result
 
     if not os.path.isfile(args.generate_output):
         raise FileNotFoundError(f"fairseq-generate output not found: {args.generate_output}")
     result = build_model_result(args.name, args.kind, args.path, args.generate_output,
                                 subset=args.subset, l0_lambda=args.l0_lambda,
-                                from_model=args.from_model, head_mask_file=args.head_mask)
+                                from_model=args.from_model, head_mask_file=args.head_mask,
+                                results_dir=args.results_dir or results_dir_of(args.out))
     write_model_result(result, args.out)
     kept = " ".join(f"{t} {result['heads_kept'][t]}/{result['heads_total'][t]}" for t in result["heads_kept"])
     print(f"{args.name}: BLEU {result['bleu']:.2f}  heads kept {kept}; wrote {args.out}")

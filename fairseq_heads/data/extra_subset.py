@@ -9,17 +9,17 @@ parses; Multi30k and newstest do not), or to fine-tune a model whose data-bin ho
 OUT gets dict.{src,tgt}.txt (BIN's), {subset}.{src}-{tgt}.{src,tgt}.{bin,idx} per --subset and
 {subset}.conllu[.gz] per --conllu. Text is normalised as `prepare` normalises valid/test (NFKC,
 whitespace) and never filtered, so line i of a CoNLL-U file stays sentence i. Everything is
-written to OUT.tmp-* and renamed, so a failure leaves no OUT.
+written to a hidden temporary folder beside OUT and renamed, so a failure leaves no OUT.
 """
 import argparse
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from ..atomic import make_staging_dir, replace_dir
 from .prepare import DataPrepError, fairseq_preprocess_command, normalise, read_lines, write_lines
 
 
@@ -40,8 +40,7 @@ def binarize_subsets(data_bin: str, spm_model: str, subsets: Dict[str, Tuple[str
         if not path.is_file():
             raise DataPrepError(f"{data_bin}: no {path.name}")
     out = Path(out_dir).absolute()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f"{out.name}.tmp-"))
+    staging = Path(make_staging_dir(out))
     try:
         model = spm.SentencePieceProcessor(model_file=spm_model)
         binary = staging / "bin"
@@ -71,9 +70,7 @@ def binarize_subsets(data_bin: str, spm_model: str, subsets: Dict[str, Tuple[str
                     os.replace(path, binary / path.name)
         for subset, path in conllu.items():
             shutil.copyfile(path, binary / (f"{subset}.conllu" + (".gz" if path.endswith(".gz") else "")))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(binary, out)
+        replace_dir(binary, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return str(out)

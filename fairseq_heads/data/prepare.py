@@ -26,13 +26,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from fairseq_heads.atomic import write_bytes_atomic, write_text_atomic
+from fairseq_heads.atomic import make_staging_dir, replace_dir, write_bytes_atomic, write_text_atomic
 from fairseq_heads.data import synthetic_corpus
 
 logger = logging.getLogger(__name__)
@@ -204,16 +203,10 @@ class StepFolder:
     """A temp folder in WORK for a step's outputs; `publish` renames it onto the final folder."""
 
     def __init__(self, work: Path, name: str):
-        self.path = Path(tempfile.mkdtemp(dir=work, prefix=f".tmp-{name}-"))
+        self.path = Path(make_staging_dir(Path(work) / name))
 
     def publish(self, final: Path) -> None:
-        old = None
-        if final.exists():
-            old = final.with_name(f".old-{final.name}-{os.getpid()}")
-            os.replace(final, old)
-        os.replace(self.path, final)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_dir(self.path, final)
 
     def discard(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)

@@ -12,8 +12,6 @@ import gzip
 import html
 import json
 import os
-import shutil
-import tempfile
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from . import figures, layout, tables
@@ -238,7 +236,8 @@ def _html_table(table: Table) -> str:
 
 def _provenance(inputs: Inputs) -> List[str]:
     baseline = [r for r in inputs.results if r.get("kind") == layout.BASELINE]
-    lines = [f"{len(inputs.results)} result files in {os.path.abspath(inputs.results_dir)}"]
+    # Relative: a committed report must not name the folders of the machine that made it.
+    lines = [f"{len(inputs.results)} result files in {layout.RESULTS}/"]
     if baseline:
         lines.append(f"BLEU on '{baseline[0]['subset']}' ({baseline[0]['sentences']} sentences), "
                      f"sacreBLEU {baseline[0]['sacrebleu_signature']}")
@@ -299,27 +298,19 @@ def build_report(results_dir: str, out_dir: Optional[str] = None,
                  trace_lambda: Optional[float] = None) -> Tuple[List[str], List[Tuple[str, str]]]:
     """Write OUT_DIR/tables.md, OUT_DIR/figures/*.png and OUT_DIR/report.html (OUT_DIR defaults
     to RESULTS_DIR). Returns (paths written, [(section, why skipped)])."""
+    from ..atomic import staged_dir, write_text_atomic
+
     out_dir = os.path.abspath(out_dir or results_dir)
     os.makedirs(out_dir, exist_ok=True)
     inputs = load_inputs(results_dir)
-    staging = tempfile.mkdtemp(dir=out_dir, prefix=".report.tmp-")
-    try:
-        staged_figures = os.path.join(staging, layout.FIGURES)
-        os.makedirs(staged_figures)
+    figure_dir = os.path.join(out_dir, layout.FIGURES)
+    with staged_dir(figure_dir) as staged_figures:
         sections = build_sections(inputs, staged_figures, trace_lambda)
-        with open(os.path.join(staging, layout.TABLES_MD), "w", encoding="utf-8") as f:
-            f.write(markdown_report(sections, inputs))
-        with open(os.path.join(staging, layout.REPORT_HTML), "w", encoding="utf-8") as f:
-            f.write(html_report(sections, inputs, staged_figures))
-        # Into place: the figures folder as a whole, then the two documents that point at it.
-        figure_dir = os.path.join(out_dir, layout.FIGURES)
-        if os.path.isdir(figure_dir):
-            shutil.rmtree(figure_dir)
-        os.replace(staged_figures, figure_dir)
-        written = [os.path.join(figure_dir, name) for name in sorted(os.listdir(figure_dir))]
-        for name in (layout.TABLES_MD, layout.REPORT_HTML):
-            os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
-            written.append(os.path.join(out_dir, name))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        documents = {layout.TABLES_MD: markdown_report(sections, inputs),
+                     layout.REPORT_HTML: html_report(sections, inputs, staged_figures)}
+    # Into place: the figures folder as a whole (above), then the two documents that point at it.
+    written = [os.path.join(figure_dir, name) for name in sorted(os.listdir(figure_dir))]
+    for name, text in documents.items():
+        write_text_atomic(os.path.join(out_dir, name), text)
+        written.append(os.path.join(out_dir, name))
     return written, [(s.title, s.skipped) for s in sections if s.skipped]

@@ -2,7 +2,8 @@
 which heads it kept.
 
     {"name": "all_l0_0.05", "kind": "all_l0", "l0_lambda": 0.05, "from_model": null,
-     "checkpoint": "/abs/models/all_l0_0.05/checkpoint.pt", "subset": "test",
+     "checkpoint": "models/all_l0_0.05/checkpoint.pt",   # relative to the results folder
+     "subset": "test",
      "bleu": 31.2, "sacrebleu_signature": "nrefs:1|case:mixed|...", "sacrebleu": "BLEU = 31.20 ...",
      "fairseq_bleu_line": "Generate test with beam=5: BLEU = ...", "sentences": 1000,
      "updates": 1000,                                     # training updates of the checkpoint
@@ -18,6 +19,7 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 from ..modules.gated_attention import ATTENTION_TYPES
+from .layout import RESULTS
 
 _LINE = re.compile(r"^(?P<tag>[TD])-(?P<id>\d+)\t(?P<rest>.*)$")
 
@@ -117,8 +119,10 @@ def kept_heads(state: dict, head_mask: Optional[dict] = None):
 
 def build_model_result(name: str, kind: str, checkpoint: str, generate_output: str,
                        subset: str = "test", l0_lambda: Optional[float] = None,
-                       from_model: Optional[str] = None, head_mask_file: Optional[str] = None) -> dict:
-    """The result-file dict of one model (see the module docstring)."""
+                       from_model: Optional[str] = None, head_mask_file: Optional[str] = None,
+                       results_dir: Optional[str] = None) -> dict:
+    """The result-file dict of one model (see the module docstring); paths are relative to
+    `results_dir` (default: the current folder), so the file names no machine's folders."""
     from ..compat import load_checkpoint
     from ..head_masks import head_mask_to_json, load_head_mask
     from .layout import KINDS
@@ -138,12 +142,12 @@ def build_model_result(name: str, kind: str, checkpoint: str, generate_output: s
     history = state.get("optimizer_history") or [{}]
     return {
         "name": name, "kind": kind, "l0_lambda": l0_lambda, "from_model": from_model,
-        "checkpoint": os.path.abspath(checkpoint), "subset": subset,
+        "checkpoint": _relative(checkpoint, results_dir), "subset": subset,
         "bleu": bleu, "sacrebleu_signature": signature, "sacrebleu": score_string,
         "fairseq_bleu_line": fairseq_line, "sentences": len(hypotheses),
         "updates": history[-1].get("num_updates"),
         "heads_source": source,
-        "head_mask": os.path.abspath(head_mask_file) if head_mask_file else None,
+        "head_mask": _relative(head_mask_file, results_dir) if head_mask_file else None,
         "layout": layout,
         "heads_kept": {t: sum(map(sum, kept[t])) for t in ATTENTION_TYPES},
         "heads_total": {t: layout[t][0] * layout[t][1] for t in ATTENTION_TYPES},
@@ -151,6 +155,19 @@ def build_model_result(name: str, kind: str, checkpoint: str, generate_output: s
         "p_open": {t: [[None if v != v else v for v in row] for row in rows]
                    for t, rows in p_open.items()},
     }
+
+
+def _relative(path: str, results_dir: Optional[str]) -> str:
+    return os.path.relpath(os.path.abspath(path), os.path.abspath(results_dir or os.curdir))
+
+
+def results_dir_of(result_file: str) -> str:
+    """The results folder of RESULTS/results/<model>/result.json (layout.py); for a result file
+    elsewhere, its own folder."""
+    model_dir = os.path.dirname(os.path.abspath(result_file))
+    if os.path.basename(os.path.dirname(model_dir)) == RESULTS:
+        return os.path.dirname(os.path.dirname(model_dir))
+    return model_dir
 
 
 def write_model_result(result: dict, path: str) -> None:

@@ -58,7 +58,7 @@ def test_end_to_end_outputs(toy_data_bin):
             for ext in ("bin", "idx"):
                 assert (bin_dir / f"{split}.src-tgt.{lang}.{ext}").stat().st_size > 0
     assert toy.spm_model.is_file()
-    assert not list(toy.work_dir.glob(".tmp-*")) and not list(toy.work_dir.glob(".old-*"))
+    assert not list(toy.work_dir.glob(".*.tmp-*")) and not list(toy.work_dir.glob(".*.old-*"))
 
 
 def test_end_to_end_conllu_follows_the_text(toy_data_bin):
@@ -114,7 +114,7 @@ def test_failed_step_leaves_no_marker_and_changed_settings_rerun(toy_data_bin, t
     assert not paths.marker("binarize").exists()
     assert all_files(paths.raw) == raw_mtimes  # upstream of the change: untouched
     assert paths.spm_model.read_bytes() != old_model
-    assert not list(config.work_dir.glob(".tmp-*"))
+    assert not list(config.work_dir.glob(".*.tmp-*"))
     # the failure is not remembered as done: the next run retries binarize (and fails again here)
     with pytest.raises(DataPrepError, match="binarize"):
         prepare(failing)

@@ -153,7 +153,8 @@ def test_build_report_writes_everything(results_dir):
     images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
     assert len(images) == 4 and all(base64.b64decode(i)[:4] == b"\x89PNG" for i in images)
     assert "<img" in page and 'src="figures/' not in page  # self-contained
-    assert not [n for n in os.listdir(results_dir) if n.startswith(".report.tmp")]
+    assert os.path.abspath(results_dir) not in markdown + page  # no machine's folders
+    assert not [n for n in os.listdir(results_dir) if n.startswith(".")]  # no temporaries left
 
 
 def test_build_report_skips_sections_without_inputs(tmp_path):
@@ -180,7 +181,7 @@ def test_build_report_failure_keeps_previous_report(results_dir, monkeypatch):
     with pytest.raises(RuntimeError):
         build_report(results_dir)
     assert open(os.path.join(results_dir, "tables.md")).read() == before
-    assert not [n for n in os.listdir(results_dir) if n.startswith(".report.tmp")]
+    assert not [n for n in os.listdir(results_dir) if n.startswith(".")]  # no temporaries left
 
 
 def test_l0_points_for_curve_overlay(results_dir, tmp_path):

@@ -63,7 +63,7 @@ def test_every_step_ran(toy_results):
                    "curve", "report"]
     assert sorted(os.listdir(results / ".done")) == sorted(ran)
     assert not glob.glob(str(results / "**" / "*.partial"), recursive=True)
-    assert not glob.glob(str(results / ".report.tmp*"))
+    assert not glob.glob(str(results / ".*tmp*")) and not glob.glob(str(results / "figures" / ".*"))
 
 
 def test_result_files(toy_results):
@@ -78,6 +78,7 @@ def test_result_files(toy_results):
         assert result["sentences"] > 0
         assert set(result["heads_kept"]) == {"enc-self", "dec-self", "enc-dec"}
         assert all(result["heads_total"][t] == 8 for t in result["heads_total"])  # 2 layers x 4 heads
+        assert result["checkpoint"] == f"models/{name}/checkpoint.pt"  # relative to RESULTS
     assert found["baseline"]["heads_source"] == "all"
     assert found[f"enc_l0_{LAMBDA}"]["kind"] == "encoder_l0"
     assert found[f"enc_l0_{LAMBDA}"]["heads_kept"]["dec-self"] == 8  # only the encoder is gated
@@ -86,6 +87,7 @@ def test_result_files(toy_results):
     scratch, pruned = found[f"scratch_all_l0_{LAMBDA}"], found[f"all_l0_{LAMBDA}"]
     assert scratch["heads_source"] == "head_mask" and scratch["from_model"] == pruned["name"]
     assert scratch["kept"] == pruned["kept"]
+    assert scratch["head_mask"] == f"masks/all_l0_{LAMBDA}/head_mask.json"
     with open(results / "masks" / f"all_l0_{LAMBDA}" / "head_mask.json") as f:
         assert json.load(f) == pruned["kept"]
 
