@@ -180,8 +180,20 @@ def head_layout(model) -> Dict[str, Tuple[int, int]]:
             if sorted(per_layer) != list(range(len(per_layer))) or len(set(per_layer.values())) != 1:
                 raise StatsError(f"{attention_type}: layers with different numbers of heads "
                                  f"({per_layer}) are not supported")
+            if not any(per_layer.values()):  # every head pruned: nothing to measure
+                logger.info("%s: 0 heads in each of its %d layers (all pruned); left out",
+                            attention_type, len(per_layer))
+                continue
             layout[attention_type] = (len(per_layer), next(iter(per_layer.values())))
     return layout
+
+
+def empty_attention_types(model) -> Dict[str, int]:
+    """{attention type: layers} of the types whose every head was pruned (not in head_layout)."""
+    layers: Dict[str, List[int]] = {}
+    for attention_type, _, attention in iter_attention(model):
+        layers.setdefault(attention_type, []).append(attention.num_heads)
+    return {t: len(heads) for t, heads in layers.items() if not any(heads)}
 
 
 def gate_probabilities(model, layout: Mapping[str, Tuple[int, int]]) -> Dict[str, Tensor]:
@@ -296,6 +308,8 @@ class _Collector:
         target_mask = target != self.tgt_pad
         self.num_sentences += src.shape[0]
         self.num_target_tokens += int(target_mask.sum())
+        if not self.keys:  # every head pruned: nothing per head to measure
+            return
 
         need_weights = any(self._has(m) for m in ATTENTION_METRICS)
         need_grad = self._has("grad")
@@ -582,6 +596,7 @@ def compute_head_statistics(data_bin: str, checkpoint: str, subset: str,
         "target_tokens": collector.num_target_tokens,
         "metrics": list(options.metrics),
         "layout": {t: list(shape) for t, shape in layout.items()},
+        "pruned_types": empty_attention_types(model),  # {type: layers}, 0 heads in each
         "gated": gates is not None,
         "lrp_normalise": options.lrp_normalise,
         "grad_normalise": options.grad_normalise,

@@ -101,8 +101,8 @@ def capture_heads(model: nn.Module, weights: bool = True, head_outputs: bool = T
         stack.enter_context(python_attention_path(model))
         try:
             for attention_type, layer, attention in iter_attention(model):
-                if attention_type not in wanted:
-                    continue
+                if attention_type not in wanted or attention.num_heads == 0:
+                    continue  # a block whose heads were all pruned has nothing to capture
                 key = (attention_type, layer)
                 captured.num_heads[key] = attention.num_heads
                 if weights:

@@ -38,15 +38,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from fairseq import checkpoint_utils
 
-    from ..cli import CommandError
-    from ..compat import patch_fairseq_checkpoint_loading
-    from ..atomic import atomic_path
+    from ..atomic import atomic_path, check_output_file
+    from ..compat import check_checkpoint_file, patch_fairseq_checkpoint_loading
     from ..head_masks import model_head_shape, write_atomic
     from ..pruning.curve import curve_csv, parse_steps, plot_curve, pruning_curve, read_overlay
     from ..pruning.importance import check_scores_match_model, read_head_scores
 
-    if not os.path.isfile(args.path):
-        raise CommandError(f"checkpoint not found: {args.path}")
+    check_checkpoint_file(args.path)
+    check_output_file(args.out, "--out")
     scores = read_head_scores(args.scores, args.metric)
     overlay = read_overlay(args.overlay) if args.overlay else []
     overrides = {"data": args.data}

@@ -28,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    from ..atomic import check_output_file
     from ..cli import CommandError
+    from ..compat import check_checkpoint_file
     from ..head_masks import head_mask_from_gates, model_head_shape
     from ..models.gated_transformer import iter_gates
     from ..pruning.checkpoint import format_prune_result, prune_checkpoint
@@ -41,6 +43,8 @@ def run(args) -> int:
         raise CommandError("--metric, --keep and --per-type go with --from-importance")
     if os.path.abspath(args.out) == os.path.abspath(args.path):
         raise CommandError("--out must differ from --path")
+    check_output_file(args.out, "--out")
+    check_checkpoint_file(args.path)
 
     def choose_mask(model):
         if args.from_gates:

@@ -14,6 +14,7 @@ def add_mask_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_mask(args) -> int:
+    from ..atomic import check_output_file
     from ..cli import CommandError
     from ..compat import load_checkpoint
     from ..head_masks import head_mask_from_gates, save_head_mask
@@ -22,6 +23,7 @@ def run_mask(args) -> int:
 
     if not os.path.isfile(args.path):
         raise CommandError(f"checkpoint not found: {args.path}")
+    check_output_file(args.out, "--out")
     state = load_checkpoint(args.path)
     model = build_model_from_state(state, checkpoint_model_options(state))
     if not any(True for _ in iter_gates(model)):
@@ -55,10 +57,12 @@ def add_result_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_result(args) -> int:
+    from ..atomic import check_output_file
     from ..report.model_result import build_model_result, results_dir_of, write_model_result
 
     if not os.path.isfile(args.generate_output):
         raise FileNotFoundError(f"fairseq-generate output not found: {args.generate_output}")
+    check_output_file(args.out, "--out")
     result = build_model_result(args.name, args.kind, args.path, args.generate_output,
                                 subset=args.subset, l0_lambda=args.l0_lambda,
                                 from_model=args.from_model, head_mask_file=args.head_mask,

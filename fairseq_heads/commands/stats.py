@@ -61,11 +61,19 @@ def _offsets(value: str):
 
 def run_stats(args) -> int:
     import fairseq_heads  # noqa: F401  (registers the user dir: model, task, criterion)
+    from fairseq_heads.compat import check_checkpoint_file
+    from fairseq_heads.conllu_index import check_conllu
+    from fairseq_heads.stats_output import check_out_dir
     from fairseq_heads.stats import StatsOptions, compute_head_statistics, parse_metrics
     from fairseq_heads.stats_output import write_statistics
 
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
                         level=logging.INFO)
+    # Bad input fails here, in one line naming the file, before a model is loaded or run.
+    check_out_dir(args.out_dir)
+    check_checkpoint_file(args.path)
+    if args.conllu:
+        check_conllu(args.conllu)
     metrics = parse_metrics(args.metrics) if args.metrics else None
     options = StatsOptions(
         conllu=args.conllu, lrp_normalise=args.lrp_normalise, grad_normalise=args.grad_normalise,

@@ -260,3 +260,133 @@ def test_gated_checkpoint_with_step_normalised_lrp(toy_data_bin, tmp_path):
     assert rows[("enc-self", 0, 0)]["lrp_count"] == statistics.meta["target_tokens"]  # per step
     assert "confidence~gate_p_open" in statistics.agreement["enc-self"]
     assert "gate_p_open" not in json.dumps(statistics.agreement["dec-self"])
+
+
+# ------------------------------------------------------------- bad input, before the work
+
+
+MALFORMED_CONLLU = {
+    "spaces": ("1 The the DET _ _ 2 det _ _", "expected 10 tab-separated fields"),
+    "head": ("1\tThe\tthe\tDET\t_\t_\tx\tdet\t_\t_", "HEAD 'x' is not a number"),
+}
+
+
+def write_conllu_with_bad_line(tmp_path, toy_data_bin, bad_line):
+    """The valid parses with one word line of sentence 3 replaced; returns (path, line number)."""
+    lines = toy_data_bin.conllu["valid"].read_text(encoding="utf-8").split("\n")
+    sentence, number = 0, None
+    for i, line in enumerate(lines):
+        if not line.strip():
+            sentence += 1
+        elif sentence == 2 and not line.startswith("#") and number is None:
+            lines[i], number = bad_line, i + 1
+    path = tmp_path / "bad.conllu"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path, number
+
+
+def fail_if_the_work_starts(monkeypatch):
+    import fairseq_heads.stats as stats_module
+
+    def never(*args, **kwargs):
+        raise AssertionError("the computation started")
+    monkeypatch.setattr(stats_module, "compute_head_statistics", never)
+
+
+@pytest.mark.parametrize("case", ["conllu-spaces", "conllu-head", "out-dir-file", "out-dir-foreign",
+                                  "empty-pt", "truncated-pt", "not-a-checkpoint-pt"])
+def test_bad_input_exits_2_in_one_line_before_the_work(case, toy_data_bin, trained_checkpoint, tmp_path,
+                                                       capsys, monkeypatch):
+    fail_if_the_work_starts(monkeypatch)
+    out_dir, checkpoint, extra = tmp_path / "out", trained_checkpoint, []
+    if case.startswith("conllu"):
+        bad_line, expected = MALFORMED_CONLLU[case.split("-")[1]]
+        conllu, number = write_conllu_with_bad_line(tmp_path, toy_data_bin, bad_line)
+        extra, expected = ["--conllu", str(conllu)], f"{conllu}:{number}: {expected}"
+    elif case == "out-dir-file":
+        out_dir.write_text("not a folder")
+        expected = f"--out-dir {out_dir}: exists and is not a folder"
+    elif case == "out-dir-foreign":
+        out_dir.mkdir()
+        (out_dir / "notes.txt").write_text("mine")
+        expected = "holds 'notes.txt', which `stats` did not write"
+    else:
+        checkpoint = tmp_path / "model.pt"
+        whole = open(trained_checkpoint, "rb").read()
+        checkpoint.write_bytes({"empty-pt": b"", "truncated-pt": whole[:len(whole) // 2]}.get(case, b""))
+        if case == "not-a-checkpoint-pt":
+            torch.save({"weights": torch.zeros(3)}, checkpoint)
+        expected = {"empty-pt": "not a checkpoint: the file is empty",
+                    "truncated-pt": "not a readable checkpoint (truncated",
+                    "not-a-checkpoint-pt": "not a fairseq checkpoint (no 'model' weights"}[case]
+        expected = f"{checkpoint}: {expected}"
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert cli.main(["stats", str(toy_data_bin.data_bin), "--path", str(checkpoint), "--out-dir",
+                     str(out_dir), "--cpu", "--log-format", "none", *extra]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fairseq-heads stats: error: "), captured.err
+    assert expected in lines[0], lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing left, not even hidden
+
+
+STATS_QUICK = ["--cpu", "--log-format", "none", "--bootstrap-replicates", "5", "--max-tokens", "800"]
+
+
+def test_rerun_with_fewer_metrics_leaves_no_stale_figure(toy_data_bin, trained_checkpoint, tmp_path):
+    out_dir = tmp_path / "out"
+    base = ["stats", str(toy_data_bin.data_bin), "--path", trained_checkpoint, "--out-dir", str(out_dir),
+            *STATS_QUICK]
+    assert cli.main(base + ["--metrics", "confidence,grad"]) == 0
+    assert (out_dir / "heatmap_grad.png").exists()
+    assert cli.main(base + ["--metrics", "confidence"]) == 0
+    assert not (out_dir / "heatmap_grad.png").exists() and (out_dir / "heatmap_confidence.png").exists()
+    assert "grad" not in (out_dir / "heads.csv").read_text().splitlines()[0].split(",")
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging or old folder left
+
+
+def test_stats_outputs_are_readable_by_others(toy_data_bin, trained_checkpoint, tmp_path):
+    import os
+    import stat
+
+    previous = os.umask(0o022)
+    try:
+        assert cli.main(["stats", str(toy_data_bin.data_bin), "--path", trained_checkpoint, "--out-dir",
+                         str(tmp_path / "out"), "--metrics", "confidence", *STATS_QUICK]) == 0
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(os.stat(tmp_path / "out").st_mode) == 0o755
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "out").iterdir()}
+    assert "heads.csv" in modes and "heatmap_confidence.png" in modes
+    assert set(modes.values()) == {0o644}, modes
+
+
+def prune_to(checkpoint, tmp_path, types, keep):
+    """`fairseq-heads prune --keep K` of a 2x4-heads-per-type checkpoint, scored on `types`."""
+    scores = tmp_path / f"scores_{'_'.join(types)}.csv"
+    rows = ["type,layer,head,confidence"] + [f"{t},{layer},{head},{head}" for t in types
+                                              for layer in range(2) for head in range(4)]
+    scores.write_text("\n".join(rows) + "\n")
+    out = tmp_path / f"pruned_{'_'.join(types)}_{keep}.pt"
+    assert cli.main(["prune", "--path", str(checkpoint), "--out", str(out), "--from-importance", str(scores),
+                     "--metric", "confidence", "--keep", str(keep), "--per-type"]) == 0
+    return out
+
+
+def test_types_whose_every_head_is_pruned_are_reported_and_the_rest_computed(
+        toy_data_bin, trained_checkpoint, tmp_path):
+    pruned = prune_to(trained_checkpoint, tmp_path, ["enc-dec"], 0)
+    out_dir = tmp_path / "out"
+    assert cli.main(["stats", str(toy_data_bin.data_bin), "--path", str(pruned), "--out-dir", str(out_dir),
+                     "--metrics", "confidence,lrp,grad", *STATS_QUICK]) == 0
+    document = json.loads((out_dir / "heads.json").read_text())
+    assert document["meta"]["pruned_types"] == {"enc-dec": 2}
+    assert {row["type"] for row in document["heads"]} == {"enc-self", "dec-self"}
+    assert all(row["confidence"] is not None and row["lrp"] is not None for row in document["heads"])
+    # every head of every type pruned: nothing per head, and the blocks still reported
+    everything = prune_to(trained_checkpoint, tmp_path, ["enc-self", "dec-self", "enc-dec"], 0)
+    assert cli.main(["stats", str(toy_data_bin.data_bin), "--path", str(everything), "--out-dir",
+                     str(tmp_path / "none"), "--metrics", "confidence,lrp,grad", *STATS_QUICK]) == 0
+    document = json.loads((tmp_path / "none" / "heads.json").read_text())
+    assert document["heads"] == [] and document["meta"]["pruned_types"] == {
+        "enc-self": 2, "dec-self": 2, "enc-dec": 2}
