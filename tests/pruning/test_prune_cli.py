@@ -153,3 +153,74 @@ def test_curve_with_rescoring_runs(plain_checkpoint, toy_data_bin, tmp_path):
     with open(out) as f:
         rows = list(csv.DictReader(f))
     assert [len(r["removed_heads"].split(";")) if r["removed_heads"] else 0 for r in rows] == [0, 2, 4]
+
+
+# ------------------------------------------------------------- bad input, before the work
+
+
+def bad_checkpoint(tmp_path, kind, good):
+    path = tmp_path / f"{kind}.pt"
+    whole = open(good, "rb").read()
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "truncated":
+        path.write_bytes(whole[:len(whole) // 2])
+    else:
+        torch.save({"weights": torch.zeros(3)}, path)
+    return path, {"empty": "not a checkpoint: the file is empty",
+                  "truncated": "not a readable checkpoint (truncated",
+                  "not-a-checkpoint": "not a fairseq checkpoint (no 'model' weights"}[kind]
+
+
+def command_line(command, checkpoint, out, data_bin, scores):
+    return {"gates": ["gates", str(checkpoint)],
+            "prune": ["prune", "--path", str(checkpoint), "--out", str(out), "--from-gates"],
+            "mask": ["mask", "--path", str(checkpoint), "--out", str(out)],
+            "curve": ["curve", str(data_bin), "--path", str(checkpoint), "--scores", scores, "--metric",
+                      "confidence", "--steps", "0,2", "--out", str(out)]}[command]
+
+
+def assert_one_line_error(capsys, command, expected):
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"fairseq-heads {command}: error: "), lines
+    assert expected in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("kind", ["empty", "truncated", "not-a-checkpoint"])
+@pytest.mark.parametrize("command", ["gates", "prune", "mask", "curve"])
+def test_a_bad_checkpoint_file_exits_2_in_one_line(command, kind, plain_checkpoint, toy_data_bin, tmp_path,
+                                                    capsys):
+    scores = write_scores(tmp_path / "heads.csv", ["enc-self"])
+    checkpoint, expected = bad_checkpoint(tmp_path, kind, plain_checkpoint)
+    before = sorted(os.listdir(tmp_path))
+    out = tmp_path / ("out.json" if command == "mask" else "out.csv" if command == "curve" else "out.pt")
+    assert main(command_line(command, checkpoint, out, toy_data_bin.data_bin, scores)) == 2
+    assert_one_line_error(capsys, command, f"{checkpoint}: {expected}")
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.parametrize("command", ["prune", "mask", "curve"])
+def test_an_out_that_is_a_folder_exits_2_in_one_line(command, plain_checkpoint, toy_data_bin, tmp_path, capsys):
+    scores = write_scores(tmp_path / "heads.csv", ["enc-self"])
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(command_line(command, plain_checkpoint, out, toy_data_bin.data_bin, scores)) == 2
+    assert_one_line_error(capsys, command, f"--out {out}: is a folder; give a file name")
+    assert sorted(os.listdir(tmp_path)) == ["heads.csv", "out"] and not os.listdir(out)
+
+
+def test_pruned_checkpoint_and_mask_are_readable_by_others(plain_checkpoint, tmp_path):
+    import stat
+
+    scores = write_scores(tmp_path / "heads.csv", ["enc-self"])
+    previous = os.umask(0o022)
+    try:
+        assert main(["prune", "--path", str(plain_checkpoint), "--out", str(tmp_path / "models" / "pruned.pt"),
+                     "--from-importance", scores, "--metric", "confidence", "--keep", "8"]) == 0  # gated, all kept
+        assert main(["mask", "--path", str(tmp_path / "models" / "pruned.pt"),
+                     "--out", str(tmp_path / "mask.json")]) == 0
+    finally:
+        os.umask(previous)
+    for path in (tmp_path / "models" / "pruned.pt", tmp_path / "mask.json"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+    assert stat.S_IMODE((tmp_path / "models").stat().st_mode) == 0o755
