@@ -1,14 +1,23 @@
-"""`gated_transformer`: fairseq's Transformer with Hard Concrete gates on attention heads."""
-from typing import Dict, FrozenSet, Iterator, List, Tuple
+"""`gated_transformer`: fairseq's Transformer with Hard Concrete gates on attention heads.
+
+Every architecture fairseq registers for its `transformer` model has a gated counterpart named
+`gated_` + its name (`gated_transformer_wmt_en_de_big`, ...), derived from fairseq's registry
+(`register_gated_counterparts`). One name was ours first: `gated_transformer_tiny` is the size of
+the demo and the tests (d=64, ffn 128, 4 heads), so fairseq's `transformer_tiny` (ffn 64, 2 heads)
+is `gated_transformer_tiny_fairseq`.
+"""
+import sys
+from typing import Callable, Dict, FrozenSet, Iterator, List, Tuple
 
 import torch
-from fairseq.models import register_model, register_model_architecture
-from fairseq.models.transformer import (
-    TransformerModel,
-    base_architecture,
-    transformer_iwslt_de_en,
-    transformer_wmt_en_de,
+from fairseq.models import (
+    ARCH_CONFIG_REGISTRY,
+    ARCH_MODEL_NAME_REGISTRY,
+    ARCH_MODEL_REGISTRY,
+    register_model,
+    register_model_architecture,
 )
+from fairseq.models.transformer import TransformerModel, base_architecture
 from torch import nn
 
 from ..modules.gated_attention import ATTENTION_TYPES, GatedMultiheadAttention, iter_attention
@@ -111,6 +120,44 @@ def open_heads_per_type(model: nn.Module) -> Dict[str, Tuple[int, int]]:
     return {t: (c[0], c[1]) for t, c in counts.items()}
 
 
+class HeadCountMismatchError(SystemExit):
+    """Plain weights of other head counts than the gated model's: a usage error, so it exits as
+    argparse's do (status 2, one line on stderr). Not an Exception: fairseq's trainer replaces any
+    Exception from load_state_dict by "Cannot load model parameters", which hides the option."""
+
+    def __init__(self, message: str):
+        super().__init__(2)
+        self.message = message
+        print(f"error: {message}", file=sys.stderr, flush=True)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def check_plain_checkpoint_heads(model: nn.Module, state_dict) -> None:
+    """Refuse plain (ungated) weights trained with other head counts than `model` has.
+
+    Attention weights have the same shapes whatever the number of heads, so fairseq would load
+    them and silently split q/k/v into other heads. The trained counts are noted on the weights
+    by our checkpoint loading (compat.CHECKPOINT_HEADS)."""
+    from ..compat import CHECKPOINT_HEADS
+
+    recorded = getattr(state_dict, CHECKPOINT_HEADS, None)
+    if not recorded or any(key.endswith("gate.log_alpha") for key in state_dict):
+        return
+    heads = {}
+    for attention_type, _, attention in iter_attention(model):
+        side = "encoder" if attention_type == "enc-self" else "decoder"
+        heads[side] = max(heads.get(side, 0), attention.num_heads)
+    for side, ours in heads.items():
+        theirs = recorded.get(side)
+        if theirs is not None and theirs != ours:
+            raise HeadCountMismatchError(
+                f"{recorded.get('path') or 'the checkpoint'} was trained with "
+                f"--{side}-attention-heads {theirs}, this gated model has {ours}: its attention "
+                f"weights would be split into other heads; use --{side}-attention-heads {theirs}")
+
+
 @register_model("gated_transformer")
 class GatedTransformerModel(TransformerModel):
     """Transformer whose attention heads (of the types in --gated-attention) carry Hard
@@ -138,6 +185,10 @@ class GatedTransformerModel(TransformerModel):
         freeze_parameters(model, args)
         return model
 
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        check_plain_checkpoint_heads(self, state_dict)
+        return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+
 
 def gated_base_architecture(args):
     gate_defaults(args)
@@ -149,18 +200,6 @@ def gated_transformer(args):
     gated_base_architecture(args)
 
 
-@register_model_architecture("gated_transformer", "gated_transformer_wmt_en_de")
-def gated_transformer_wmt_en_de(args):
-    gate_defaults(args)
-    transformer_wmt_en_de(args)
-
-
-@register_model_architecture("gated_transformer", "gated_transformer_iwslt_de_en")
-def gated_transformer_iwslt_de_en(args):
-    gate_defaults(args)
-    transformer_iwslt_de_en(args)
-
-
 @register_model_architecture("gated_transformer", "gated_transformer_tiny")
 def gated_transformer_tiny(args):
     """2+2 layers, d=64, 4 heads: the size of the demo and the tests."""
@@ -170,3 +209,38 @@ def gated_transformer_tiny(args):
         setattr(args, f"{side}_ffn_embed_dim", getattr(args, f"{side}_ffn_embed_dim", 128))
         setattr(args, f"{side}_attention_heads", getattr(args, f"{side}_attention_heads", 4))
     gated_base_architecture(args)
+
+
+def gated_architecture(fairseq_architecture: Callable, defaults: Callable = gate_defaults) -> Callable:
+    """The gated counterpart of a fairseq architecture function: the gate options' defaults
+    (none for dataclass models, whose config has them), then fairseq's sizes; both only fill in
+    options the user did not give."""
+    def architecture(args):
+        if defaults is not None:
+            defaults(args)
+        fairseq_architecture(args)
+
+    architecture.__doc__ = f"gate defaults + fairseq's `{fairseq_architecture.__name__}`"
+    return architecture
+
+
+def register_gated_counterparts(fairseq_model: str, gated_model: str, renamed: Dict[str, str] = None,
+                                defaults: Callable = gate_defaults) -> Dict[str, str]:
+    """Register `gated_` + name for every architecture fairseq has for `fairseq_model`, unless
+    that name is taken (then renamed[name]); returns {fairseq arch: gated arch}."""
+    renamed = renamed or {}
+    counterparts = {}
+    for arch, model_name in sorted(ARCH_MODEL_NAME_REGISTRY.items()):
+        if model_name != fairseq_model:
+            continue
+        name = renamed.get(arch, "gated_" + arch)
+        if name not in ARCH_MODEL_REGISTRY:
+            register_model_architecture(gated_model, name)(
+                gated_architecture(ARCH_CONFIG_REGISTRY[arch], defaults))
+        counterparts[arch] = name
+    return counterparts
+
+
+# `transformer` itself is `gated_transformer` above (same function: gate defaults + base).
+GATED_ARCHITECTURES = register_gated_counterparts(
+    "transformer", "gated_transformer", {"transformer_tiny": "gated_transformer_tiny_fairseq"})

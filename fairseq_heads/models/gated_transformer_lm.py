@@ -1,16 +1,23 @@
 """`gated_transformer_lm`: fairseq's decoder-only Transformer LM with Hard Concrete head gates
-(its attention blocks are `dec-self`)."""
+(its attention blocks are `dec-self`).
+
+Every architecture fairseq registers for `transformer_lm` has a gated counterpart named `gated_` +
+its name (`gated_transformer_lm_gpt`, `gated_transformer_lm_gpt2_small`, ...), derived from
+fairseq's registry.
+"""
 from dataclasses import dataclass, field
 
-from fairseq.models import register_model, register_model_architecture
-from fairseq.models.transformer_lm import (
-    TransformerLanguageModel,
-    TransformerLanguageModelConfig,
-    transformer_lm_gpt,
-)
+from fairseq.models import register_model
+from fairseq.models.transformer_lm import TransformerLanguageModel, TransformerLanguageModelConfig
 
 from ..modules.hard_concrete import DEFAULT_INIT_LOG_ALPHA, DEFAULT_STRETCH, DEFAULT_TEMPERATURE
-from .gated_transformer import add_gates, freeze_parameters, parse_attention_types
+from .gated_transformer import (
+    add_gates,
+    check_plain_checkpoint_heads,
+    freeze_parameters,
+    parse_attention_types,
+    register_gated_counterparts,
+)
 
 
 @dataclass
@@ -33,7 +40,11 @@ class GatedTransformerLanguageModel(TransformerLanguageModel):
         freeze_parameters(model, args)
         return model
 
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        check_plain_checkpoint_heads(self, state_dict)
+        return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
 
-@register_model_architecture("gated_transformer_lm", "gated_transformer_lm_gpt")
-def gated_transformer_lm_gpt(args):
-    transformer_lm_gpt(args)
+
+# The gate options' defaults come from the config dataclass above.
+GATED_ARCHITECTURES = register_gated_counterparts("transformer_lm", "gated_transformer_lm",
+                                                  defaults=None)

@@ -8,6 +8,7 @@ import torch.distributed as dist
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
+from ..atomic import write_text_atomic
 from ..head_masks import apply_head_mask, load_head_mask
 from ..models.gated_transformer import iter_gates
 
@@ -23,7 +24,8 @@ class TranslationHeadsConfig(TranslationConfig):
         default=None,
         metadata={"help": "append every gated head's log-alpha, P(open) and open/closed state to "
                           "this JSON-lines file during training; '{rank}' in the name gives each "
-                          "distributed worker its own file (else only the first worker writes)"},
+                          "distributed worker its own file (else only the first worker writes). "
+                          "A run resumed from update N first drops the records of updates >= N"},
     )
     gate_trace_interval: int = field(
         default=50, metadata={"help": "updates between two --gate-trace records"}
@@ -44,6 +46,25 @@ def gate_record(model, update: int) -> dict:
     return {"update": update, "heads": heads}
 
 
+def trim_gate_trace(path: str, first_update: int) -> None:
+    """Drop the records of updates >= first_update (and a line cut short by a kill) from a gate
+    trace: a run resumed from the checkpoint of update N repeats updates N, N+1, ..., and must not
+    list them twice. The file is rewritten atomically, and only if something goes."""
+    if not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        lines = f.readlines()
+    kept = []
+    for line in lines:
+        try:
+            if json.loads(line)["update"] < first_update:
+                kept.append(line if line.endswith("\n") else line + "\n")
+        except (ValueError, KeyError, TypeError):
+            pass  # a partial last line of an interrupted run
+    if kept != lines:
+        write_text_atomic(path, "".join(kept))
+
+
 @register_task("translation_heads", dataclass=TranslationHeadsConfig)
 class TranslationHeadsTask(TranslationTask):
     cfg: TranslationHeadsConfig
@@ -55,6 +76,7 @@ class TranslationHeadsTask(TranslationTask):
         if cfg.gate_trace_interval < 1:
             raise ValueError(f"--gate-trace-interval must be >= 1, got {cfg.gate_trace_interval}")
         self._last_traced_update = None
+        self._trace_trimmed = False
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
@@ -63,12 +85,15 @@ class TranslationHeadsTask(TranslationTask):
         return model
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        if self.cfg.gate_trace and update_num % self.cfg.gate_trace_interval == 0 \
-                and update_num != self._last_traced_update:
-            self._last_traced_update = update_num
-            rank = worker_rank()
-            if "{rank}" in self.cfg.gate_trace or rank == 0:
-                self._append_gate_trace(model, update_num, self.cfg.gate_trace.replace("{rank}", str(rank)))
+        rank = worker_rank()
+        if self.cfg.gate_trace and ("{rank}" in self.cfg.gate_trace or rank == 0):
+            path = self.cfg.gate_trace.replace("{rank}", str(rank))
+            if not self._trace_trimmed:  # the first update of this run
+                self._trace_trimmed = True
+                trim_gate_trace(path, update_num)
+            if update_num % self.cfg.gate_trace_interval == 0 and update_num != self._last_traced_update:
+                self._last_traced_update = update_num
+                self._append_gate_trace(model, update_num, path)
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
     @staticmethod

@@ -1,6 +1,7 @@
 """fairseq's own CLIs with --user-dir, end to end on the toy corpus (subprocesses)."""
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -155,3 +156,30 @@ def test_bad_head_mask_fails_naming_the_file(plain_checkpoint, toy_data_bin, tmp
                        "--gen-subset", "valid", "--head-mask", str(mask), "--batch-size", "64"])
     assert process.returncode != 0
     assert str(mask) in process.stderr and message in process.stderr
+
+
+def test_resuming_from_an_earlier_checkpoint_drops_the_trace_records_after_it(plain_checkpoint, toy_data_bin,
+                                                                               tmp_path):
+    trace = tmp_path / "gate_trace.jsonl"
+    options = ["--gate-trace", str(trace), "--gate-trace-interval", "3", "--save-interval-updates", "4",
+               "--keep-interval-updates", "2", "--max-valid-steps", "1"]
+    check(finetune(toy_data_bin.data_bin, tmp_path, plain_checkpoint, 0.0, 10, *options))
+    assert [json.loads(line)["update"] for line in trace.read_text().splitlines()] == [0, 3, 6, 9]
+    with open(trace, "a") as f:
+        f.write('{"update": 12, "hea')  # what a kill mid-append leaves
+    # Back to update 4 (as after a crash before the last save): 6 and 9 are done again, traced once.
+    shutil.copyfile(tmp_path / "checkpoint_1_4.pt", tmp_path / "checkpoint_last.pt")
+    check(finetune(toy_data_bin.data_bin, tmp_path, plain_checkpoint, 0.0, 10, *options))
+    assert [json.loads(line)["update"] for line in trace.read_text().splitlines()] == [0, 3, 6, 9]
+
+
+def test_finetuning_from_a_plain_checkpoint_with_other_head_counts_is_refused(plain_checkpoint, toy_data_bin,
+                                                                              tmp_path):
+    process = finetune(toy_data_bin.data_bin, tmp_path, plain_checkpoint, 0.0, 2,
+                       "--encoder-attention-heads", "2")
+    assert process.returncode == 2, process.stderr[-3000:]
+    errors = [line for line in process.stderr.splitlines() if "error" in line.lower()]
+    assert errors == [f"error: {plain_checkpoint} was trained with --encoder-attention-heads 4, this gated "
+                      f"model has 2: its attention weights would be split into other heads; use "
+                      f"--encoder-attention-heads 4"], process.stderr[-3000:]
+    assert not list(tmp_path.glob("*.pt"))
