@@ -8,6 +8,9 @@ sample size (target tokens, or sentences with --sentence-avg). The penalty is ad
 
 whatever the batch size, number of workers or --update-freq: λ values are comparable across
 them, and the logged `loss` stays the translation loss alone (comparable with an ungated model).
+
+Logged besides: expected_l0, l0_loss, open_heads_<type> and every gated head's P(open) as
+`p_open/<type>/<layer>/<head>` (TensorBoard groups the tags by their first part).
 """
 import math
 from dataclasses import dataclass, field
@@ -20,7 +23,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 from fairseq.logging import metrics
 
-from ..models.gated_transformer import expected_l0, open_heads_per_type
+from ..models.gated_transformer import expected_l0, iter_gates, open_heads_per_type
 from ..pruning.lagrangian import HeadCountLagrangian, reduce_lagrangian_metrics
 from ..modules.gated_attention import ATTENTION_TYPES
 
@@ -44,6 +47,13 @@ class LabelSmoothedCrossEntropyL0Config(LabelSmoothedCrossEntropyCriterionConfig
 
 def open_heads_key(attention_type: str) -> str:
     return "open_heads_" + attention_type.replace("-", "_")
+
+
+P_OPEN_PREFIX = "p_open/"
+
+
+def p_open_key(attention_type: str, layer: int, head: int) -> str:
+    return f"{P_OPEN_PREFIX}{attention_type.replace('-', '_')}/{layer}/{head}"
 
 
 @register_criterion("label_smoothed_cross_entropy_l0", dataclass=LabelSmoothedCrossEntropyL0Config)
@@ -73,6 +83,9 @@ class LabelSmoothedCrossEntropyL0Criterion(LabelSmoothedCrossEntropyCriterion):
         logging_output["l0_loss"] = self.l0_lambda * penalty.item()
         for attention_type, (opened, _) in open_heads_per_type(model).items():
             logging_output[open_heads_key(attention_type)] = opened
+        for attention_type, layer, gate in iter_gates(model):
+            for head, p_open in enumerate(gate.prob_open().detach().tolist()):
+                logging_output[p_open_key(attention_type, layer, head)] = p_open
         return loss, sample_size, logging_output
 
     @classmethod
@@ -87,4 +100,8 @@ class LabelSmoothedCrossEntropyL0Criterion(LabelSmoothedCrossEntropyCriterion):
             key = open_heads_key(attention_type)
             if any(key in log for log in logging_outputs):
                 metrics.log_scalar(key, sum(log.get(key, 0) for log in logging_outputs) / batches, batches, round=1)
+        keys = sorted({key for log in logging_outputs for key in log if key.startswith(P_OPEN_PREFIX)})
+        for key in keys:  # after the totals: console logs list them last
+            metrics.log_scalar(key, sum(log.get(key, 0) for log in logging_outputs) / batches, batches,
+                               priority=100, round=3)
         reduce_lagrangian_metrics(logging_outputs, batches)  # --target-heads extension

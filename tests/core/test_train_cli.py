@@ -59,11 +59,11 @@ def finetuned(toy_data_bin, plain_checkpoint, tmp_path_factory):
     for l0_lambda in (0.0, 5.0):
         save_dir = tmp_path_factory.mktemp(f"l0_{l0_lambda}")
         trace = save_dir / "gate_trace.jsonl"
-        first = check(finetune(toy_data_bin.data_bin, save_dir, plain_checkpoint, l0_lambda, 25,
-                               "--gate-trace", str(trace), "--gate-trace-interval", "5"))
+        logs = ["--gate-trace", str(trace), "--gate-trace-interval", "5",
+                "--tensorboard-logdir", str(save_dir / "tensorboard")]
+        first = check(finetune(toy_data_bin.data_bin, save_dir, plain_checkpoint, l0_lambda, 25, *logs))
         # Resume from checkpoint_last.pt (fairseq ignores --finetune-from-model once it exists).
-        resumed = check(finetune(toy_data_bin.data_bin, save_dir, plain_checkpoint, l0_lambda, 40,
-                                 "--gate-trace", str(trace), "--gate-trace-interval", "5"))
+        resumed = check(finetune(toy_data_bin.data_bin, save_dir, plain_checkpoint, l0_lambda, 40, *logs))
         runs[l0_lambda] = dict(save_dir=save_dir, first=first, resumed=resumed, trace=trace)
     return runs
 
@@ -85,6 +85,26 @@ def test_l0_metrics_are_logged_at_training_and_validation(finetuned):
         for key in ("expected_l0", "open_heads_enc_self", "open_heads_dec_self", "open_heads_enc_dec"):
             assert prefix + key in r, (prefix + key, r)
     assert float(valid[-1]["valid_expected_l0"]) < 24
+
+
+def test_gate_metrics_are_in_the_tensorboard_event_files(finetuned):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = finetuned[5.0]
+    heads = [f"p_open/{t.replace('-', '_')}/{layer}/{head}" for t in ALL_TYPES.split(",")
+             for layer in range(2) for head in range(4)]
+    for tag in ("train_inner", "train", "valid"):
+        events = EventAccumulator(str(run["save_dir"] / "tensorboard" / tag))
+        events.Reload()
+        scalars = set(events.Tags()["scalars"])
+        wanted = {"expected_l0", "open_heads_enc_self", "open_heads_dec_self", "open_heads_enc_dec", *heads}
+        assert wanted <= scalars, (tag, sorted(wanted - scalars))
+        p_open = events.Scalars(heads[0])
+        assert p_open and all(0 <= e.value <= 1 for e in p_open)
+        if tag == "train_inner":  # both runs, every --log-interval 5 updates
+            assert [e.step for e in events.Scalars("expected_l0")] == list(range(5, 41, 5))
+    log = "".join(run[r].stdout + run[r].stderr for r in ("first", "resumed"))
+    assert "Please install tensorboardX" not in log and "tensorboard not found" not in log
 
 
 def test_training_resumes_from_its_checkpoint(finetuned):
