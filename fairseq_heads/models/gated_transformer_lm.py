@@ -5,6 +5,7 @@ Every architecture fairseq registers for `transformer_lm` has a gated counterpar
 its name (`gated_transformer_lm_gpt`, `gated_transformer_lm_gpt2_small`, ...), derived from
 fairseq's registry.
 """
+import dataclasses
 from dataclasses import dataclass, field
 
 from fairseq.models import register_model
@@ -45,6 +46,14 @@ class GatedTransformerLanguageModel(TransformerLanguageModel):
         return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
 
 
-# The gate options' defaults come from the config dataclass above.
+def lm_gate_defaults(args) -> None:
+    """The options this config adds to fairseq's, for callers that build from a Namespace (fairseq's
+    own CLIs fill them in from the dataclass)."""
+    plain = {f.name for f in dataclasses.fields(TransformerLanguageModelConfig)}
+    for option in dataclasses.fields(GatedTransformerLanguageModelConfig):
+        if option.name not in plain and getattr(args, option.name, None) is None:
+            setattr(args, option.name, option.default)
+
+
 GATED_ARCHITECTURES = register_gated_counterparts("transformer_lm", "gated_transformer_lm",
-                                                  defaults=None)
+                                                  defaults=lm_gate_defaults)
