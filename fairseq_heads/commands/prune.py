@@ -5,7 +5,13 @@ Argument parsing and wiring only; the work is in `fairseq_heads.pruning`.
 import argparse
 import os
 
-from ..pruning.importance import METRICS, check_scores_match_model, keep_top_k, read_head_scores
+from ..pruning.importance import (
+    METRICS,
+    check_scores_match_model,
+    keep_top_k,
+    read_head_scores,
+    select_types,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep", type=int, metavar="K",
                         help="heads to keep, in total over the scored types (or per type with --per-type)")
     parser.add_argument("--per-type", action="store_true", help="--keep K heads of each scored attention type")
+    parser.add_argument("--types", metavar="TYPES", default=None,
+                        help="comma list of the attention types to score and prune (enc-self, "
+                             "dec-self, enc-dec); the others are kept whole (default: every type "
+                             "in the scores, or every gated type)")
 
 
 def run(args) -> int:
@@ -32,13 +42,16 @@ def run(args) -> int:
     from ..cli import CommandError
     from ..compat import check_checkpoint_file
     from ..head_masks import head_mask_from_gates, model_head_shape
-    from ..models.gated_transformer import iter_gates
+    from ..models.gated_transformer import iter_gates, parse_attention_types
     from ..pruning.checkpoint import format_prune_result, prune_checkpoint
 
+    types = parse_attention_types(args.types, "--types") if args.types else None
     if args.from_importance:
         if args.metric is None or args.keep is None:
             raise CommandError("--from-importance needs --metric and --keep")
         scores = read_head_scores(args.from_importance, args.metric)  # checks the metric name first
+        if types:
+            scores = select_types(scores, types, args.from_importance)
     elif args.metric is not None or args.keep is not None or args.per_type:
         raise CommandError("--metric, --keep and --per-type go with --from-importance")
     if os.path.abspath(args.out) == os.path.abspath(args.path):
@@ -48,9 +61,14 @@ def run(args) -> int:
 
     def choose_mask(model):
         if args.from_gates:
-            if not any(True for _ in iter_gates(model)):
+            gated = {t for t, _, _ in iter_gates(model)}
+            if not gated:
                 raise CommandError(f"{args.path}: no gated heads in this checkpoint (use --from-importance)")
-            return head_mask_from_gates(model)
+            if types and not types <= gated:
+                raise CommandError(f"--types: {', '.join(sorted(types - gated))} not gated in "
+                                   f"{args.path} (gated: {', '.join(sorted(gated))})")
+            mask = head_mask_from_gates(model)
+            return {t: m for t, m in mask.items() if types is None or t in types}
         check_scores_match_model(scores, model_head_shape(model), args.from_importance)
         return keep_top_k(scores, args.keep, per_type=args.per_type)
 

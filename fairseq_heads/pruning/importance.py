@@ -64,6 +64,16 @@ def read_head_scores(path: str, metric: str) -> HeadScores:
     return scores
 
 
+def select_types(scores: HeadScores, types, source: str) -> HeadScores:
+    """Only the scores of attention types `types` (`--types`): the others are neither ranked nor
+    pruned. Each named type must have scores."""
+    missing = [t for t in types if t not in scores]
+    if missing:
+        raise HeadPruningError(f"{source}: no scores for --types {', '.join(missing)} "
+                               f"(the file has {', '.join(scores)})")
+    return {t: rows for t, rows in scores.items() if t in types}
+
+
 def check_scores_match_model(scores: HeadScores, model_heads: Mapping[str, List[int]], source: str) -> None:
     """The scores must describe exactly this model's heads (same layers, same heads per layer)."""
     for attention_type, rows in scores.items():

@@ -12,6 +12,7 @@ from fairseq_heads.compat import load_checkpoint
 from fairseq_heads.head_masks import apply_head_mask
 from fairseq_heads.models.gated_transformer import GatedTransformerModel
 from fairseq_heads.pruning import head_layout
+from fairseq_heads.pruning.checkpoint import build_model_from_state, checkpoint_model_options
 from fairseq_heads.pruning.curve import corpus_bleu, translate
 
 from core.helpers import USER_DIR, random_batch, run_cli
@@ -224,3 +225,40 @@ def test_pruned_checkpoint_and_mask_are_readable_by_others(plain_checkpoint, tmp
     for path in (tmp_path / "models" / "pruned.pt", tmp_path / "mask.json"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
     assert stat.S_IMODE((tmp_path / "models").stat().st_mode) == 0o755
+
+
+def test_types_restricts_scoring_and_pruning_to_the_named_types(plain_checkpoint, toy_data_bin, tmp_path,
+                                                                 capsys):
+    scores = write_scores(tmp_path / "heads.csv", ["enc-self", "dec-self", "enc-dec"])
+    for types, keep, kept in (("enc-self", "3", {"enc-self": 3, "dec-self": 8, "enc-dec": 8}),
+                              ("enc-self,enc-dec", "5", {"enc-self": 5, "dec-self": 8, "enc-dec": 5})):
+        pruned = tmp_path / f"pruned_{types}.pt"
+        assert main(["prune", "--path", str(plain_checkpoint), "--out", str(pruned), "--from-importance",
+                     scores, "--metric", "confidence", "--keep", keep, "--types", types,
+                     *(["--per-type"] if "," in types else [])]) == 0
+        model, _ = load(pruned, toy_data_bin.data_bin)
+        assert {t: sum(map(len, rows)) for t, rows in head_layout(model).items()} == kept
+    with open(scores) as f:  # enc-self alone: its 3 best heads, whatever the other types scored
+        enc_self = sorted((r for r in csv.DictReader(f) if r["type"] == "enc-self"),
+                          key=lambda r: -float(r["confidence"]))[:3]
+    model, _ = load(tmp_path / "pruned_enc-self.pt", toy_data_bin.data_bin)
+    assert sorted(f"{layer}:{head}" for layer, rows in enumerate(head_layout(model)["enc-self"])
+                  for head in rows) == sorted(f"{r['layer']}:{r['head']}" for r in enc_self)
+    capsys.readouterr()
+    assert main(["prune", "--path", str(plain_checkpoint), "--out", str(tmp_path / "x.pt"), "--from-importance",
+                 scores, "--metric", "confidence", "--keep", "3", "--types", "encoder"]) == 2
+    assert_one_line_error(capsys, "prune", "--types: unknown attention type(s) ['encoder']")
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_types_with_gates_prunes_only_the_named_gated_types(target_run, tmp_path):
+    checkpoint, _ = target_run
+    for name, extra in (("all", []), ("enc", ["--types", "enc-self"])):
+        assert main(["prune", "--path", str(checkpoint), "--out", str(tmp_path / f"{name}.pt"),
+                     "--from-gates", *extra]) == 0
+    layouts = {name: head_layout(build_model_from_state(state, checkpoint_model_options(state)))
+               for name in ("all", "enc") for state in [load_checkpoint(str(tmp_path / f"{name}.pt"))]}
+    assert layouts["enc"]["enc-self"] == layouts["all"]["enc-self"]
+    assert layouts["enc"]["dec-self"] == layouts["enc"]["enc-dec"] == [[0, 1, 2, 3], [0, 1, 2, 3]]
+    assert layouts["all"]["dec-self"] != layouts["enc"]["dec-self"] or layouts["all"]["enc-dec"] != \
+        layouts["enc"]["enc-dec"]  # the full prune did remove some decoder heads
