@@ -2,6 +2,7 @@
 
 import dataclasses
 import gzip
+import os
 import shutil
 from pathlib import Path
 
@@ -252,3 +253,26 @@ def test_clean_drops_train_only_and_filters_conllu_alongside(tmp_path):
     # valid: normalised, never dropped, even the empty line
     assert lines(paths.clean / "valid.en")[:2] == ["", "a b"]
     assert report["valid"] == {"input": 5, "kept": 5}
+
+
+def test_prepared_folders_and_files_are_readable_by_others(toy_data_bin, tmp_path):
+    """Under umask 022: folders 0755, files 0644 (as mkdir / open make them), for the steps rerun
+    here (sentencepiece encoding and binarisation) as for any other."""
+    import stat
+
+    config = copy_work(toy_data_bin, tmp_path)
+    paths = WorkPaths(config.work_dir)
+    for step in ("spm_encode", "binarize"):
+        paths.marker(step).unlink()
+    previous = os.umask(0o022)
+    try:
+        result = prepare(config)
+    finally:
+        os.umask(previous)
+    assert result.steps_run == ["spm_encode", "binarize"]
+    for folder in (paths.spm, result.data_bin):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o755, folder
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()}
+        assert modes and set(modes.values()) == {0o644}, modes
+    for step in ("spm_encode", "binarize"):
+        assert stat.S_IMODE(paths.marker(step).stat().st_mode) == 0o644
