@@ -135,7 +135,8 @@ class HeadCountMismatchError(SystemExit):
 
 
 def check_plain_checkpoint_heads(model: nn.Module, state_dict) -> None:
-    """Refuse plain (ungated) weights trained with other head counts than `model` has.
+    """Refuse weights trained with other head counts than `model` has (a plain checkpoint, or
+    the ungated side of a gated one).
 
     Attention weights have the same shapes whatever the number of heads, so fairseq would load
     them and silently split q/k/v into other heads. The trained counts are noted on the weights
@@ -143,12 +144,13 @@ def check_plain_checkpoint_heads(model: nn.Module, state_dict) -> None:
     from ..compat import CHECKPOINT_HEADS
 
     recorded = getattr(state_dict, CHECKPOINT_HEADS, None)
-    if not recorded or any(key.endswith("gate.log_alpha") for key in state_dict):
+    if not recorded:
         return
     heads = {}
     for attention_type, _, attention in iter_attention(model):
         side = "encoder" if attention_type == "enc-self" else "decoder"
-        heads[side] = max(heads.get(side, 0), attention.num_heads)
+        # the configured count, also for a pruned block (which keeps its head size)
+        heads[side] = attention.out_proj.out_features // attention.head_dim
     for side, ours in heads.items():
         theirs = recorded.get(side)
         if theirs is not None and theirs != ours:
