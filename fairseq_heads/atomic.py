@@ -156,11 +156,11 @@ def check_output_file(path, option: str) -> None:
     """Raise ValueError (one line, naming `option` and `path`) unless a file can be written at
     `path`: not a folder, and no file where one of its folders should be. Commands call this
     before their work, so that a bad --out fails at once rather than after it."""
-    path = os.path.abspath(os.fspath(path))
-    if os.path.isdir(path):
-        raise ValueError(f"{option} {path}: is a folder; give a file name")
-    ancestor = os.path.dirname(path)
+    given = os.fspath(path)
+    if os.path.isdir(given):
+        raise ValueError(f"{option} {given}: is a folder; give a file name")
+    ancestor = os.path.dirname(os.path.abspath(given))
     while not os.path.lexists(ancestor):
         ancestor = os.path.dirname(ancestor)
     if not os.path.isdir(ancestor):
-        raise ValueError(f"{option} {path}: {ancestor} is a file, not a folder")
+        raise ValueError(f"{option} {given}: {ancestor} is a file, not a folder")

@@ -10,8 +10,8 @@ head does.  Inside ``with capture_heads(model) as captured:`` every attention bl
   (fairseq's layers never ask for per-head weights of self-attention); the caller still gets
   back what it asked for (per-head, head-averaged or None);
 - has a forward pre-hook on ``out_proj`` that records its input, the concatenated head
-  outputs (T, B, H * D).  It is registered after the gate's pre-hook of a
-  ``GatedMultiheadAttention``, so it sees the *gated* outputs.
+  outputs (T, B, H * D).  A ``GatedMultiheadAttention`` whose ``out_proj`` is hooked calls it
+  on the gated head outputs, so the hook sees the *gated* outputs.
 
 Captured tensors are keyed ``(attention type, layer)``; ``captured.weights[key]`` is
 (B, H, Tq, Tk) and ``captured.head_outputs[key]`` is (T, B, H * D), still attached to the

@@ -7,7 +7,7 @@ A gate z is drawn as
 with stretch (low, high) = (-0.1, 1.1) so that z is exactly 0 or 1 with non-zero probability.
 """
 import math
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -91,6 +91,14 @@ class HardConcreteGate(nn.Module):
 
     def unfix(self) -> None:
         self.fixed_mask = None
+
+    def keep_only(self, gates: List[int]) -> None:
+        """Keep the gates at these indices, in this order (physical head pruning)."""
+        index = torch.as_tensor(list(gates), dtype=torch.long, device=self.log_alpha.device)
+        self.log_alpha = nn.Parameter(self.log_alpha.detach().index_select(0, index).clone())
+        self.log_alpha.is_head_gate = True
+        if self.fixed_mask is not None:
+            self.fixed_mask = self.fixed_mask.index_select(0, index)
 
     def forward(self) -> Tensor:
         if self.fixed_mask is not None:

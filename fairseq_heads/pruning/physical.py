@@ -11,7 +11,7 @@ becomes a `HeadlessAttention`: its output is what the masked block gives, out_pr
 """
 import json
 import math
-from typing import Dict, List, Mapping, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from fairseq.modules import MultiheadAttention
@@ -37,16 +37,23 @@ class HeadlessAttention(MultiheadAttention):
     zero-sized q/k/v/out weights stay as parameters so the state dict keeps its usual keys.
     """
 
-    def forward(self, query: Tensor, key=None, value=None, key_padding_mask=None,
-                incremental_state=None, need_weights: bool = True, static_kv: bool = False,
-                attn_mask=None, before_softmax: bool = False, need_head_weights: bool = False):
+    # annotated as fairseq's forward, so that torch.jit.script compiles it
+    def forward(self, query: Tensor, key: Optional[Tensor] = None, value: Optional[Tensor] = None,
+                key_padding_mask: Optional[Tensor] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+                need_weights: bool = True, static_kv: bool = False,
+                attn_mask: Optional[Tensor] = None, before_softmax: bool = False,
+                need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
         tgt_len, bsz, _ = query.size()
         out = query.new_zeros(tgt_len, bsz, self.out_proj.out_features)
-        if self.out_proj.bias is not None:
-            out = out + self.out_proj.bias
+        bias = self.out_proj.bias
+        if bias is not None:
+            out = out + bias
         return out, None  # no heads, no attention weights
 
-    def reorder_incremental_state(self, incremental_state, new_order):
+    @torch.jit.export
+    def reorder_incremental_state(self, incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]],
+                                  new_order: Tensor):
         return incremental_state
 
 
@@ -65,7 +72,6 @@ def _remove_all_heads(attention: MultiheadAttention) -> None:
     attention.out_proj.in_features = 0
     if isinstance(attention, GatedMultiheadAttention):
         del attention.gate
-        attention.out_proj._forward_pre_hooks.clear()  # the gate hook has nothing left to scale
     attention.num_heads = 0
     attention.embed_dim = 0
     attention.__class__ = HeadlessAttention
@@ -79,14 +85,6 @@ def _open_for_good(gate: HardConcreteGate) -> None:
     gate.log_alpha = nn.Parameter(gate.log_alpha.detach().clamp(min=fully_open))
     gate.log_alpha.is_head_gate = True
     gate.unfix()
-
-
-def _shrink_gate(gate: HardConcreteGate, heads: Sequence[int]) -> None:
-    index = torch.as_tensor(list(heads), dtype=torch.long, device=gate.log_alpha.device)
-    gate.log_alpha = nn.Parameter(gate.log_alpha.detach().index_select(0, index).clone())
-    gate.log_alpha.is_head_gate = True
-    if gate.fixed_mask is not None:
-        gate.fixed_mask = gate.fixed_mask.index_select(0, index)
 
 
 def prune_attention_heads(attention: MultiheadAttention, keep: Sequence[int]) -> None:
@@ -103,10 +101,9 @@ def prune_attention_heads(attention: MultiheadAttention, keep: Sequence[int]) ->
     if not keep:
         _remove_all_heads(attention)
     elif len(keep) < attention.num_heads:
+        # a gated block's override also shrinks its gate (and bias_k / bias_v)
         attention._adaptive_prune_heads(head_slices(attention, keep))
         attention.out_proj.in_features = attention.embed_dim  # fairseq leaves it stale
-        if isinstance(attention, GatedMultiheadAttention):
-            _shrink_gate(attention.gate, keep)
     if keep and gate_overridden:
         _open_for_good(attention.gate)
     if len(keep) == len(kept_heads):

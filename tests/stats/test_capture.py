@@ -50,7 +50,7 @@ def test_head_outputs_are_captured_after_the_gate(dicts):
         model(src, lengths, prev)
     per_head = captured.per_head_output(("enc-self", 0))
     assert per_head[:, :, 1].abs().max() == 0 and per_head[:, :, 0].abs().max() > 0
-    assert len(attention.out_proj._forward_pre_hooks) == 1  # the gate's own hook stays
+    assert not attention.out_proj._forward_pre_hooks  # capture removed its hook; the gate has none
 
 
 SENTENCE = """# sent_id = s1
