@@ -32,6 +32,8 @@ def cmd_user_dir(args) -> int:
 SUBCOMMANDS = [
     ("prepare", "prepare", "add_arguments", "run",
      "clean, sentencepiece-encode and binarise a parallel corpus (or the built-in toy one)"),
+    ("prepare-lm", "prepare_lm", "add_arguments", "run",
+     "monolingual text (novels, WikiText-2 or the toy grammar) -> a language-model data-bin"),
     ("prune", "prune", "add_arguments", "run",
      "physically remove heads: a smaller, faster gated_transformer checkpoint"),
     ("curve", "curve", "add_arguments", "run",
@@ -44,6 +46,10 @@ SUBCOMMANDS = [
      "write the head mask (JSON for --head-mask) of a gated checkpoint's open heads"),
     ("result", "recipe", "add_result_arguments", "run_result",
      "a model's result file: sacreBLEU of a fairseq-generate output + heads kept"),
+    ("lm-result", "lm_recipe", "add_result_arguments", "run_result",
+     "a language model's result file: perplexity on a subset + the heads it has"),
+    ("lm-report", "lm_recipe", "add_report_arguments", "run_report",
+     "tables.md and figures from the LM recipe's results folder"),
     ("report", "recipe", "add_report_arguments", "run_report",
      "tables.md, figures and report.html from a recipe's results folder"),
 ]

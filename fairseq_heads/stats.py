@@ -1,4 +1,5 @@
-"""Per-head statistics of a trained translation model over one data subset (`fairseq-heads stats`).
+"""Per-head statistics of a trained translation model or decoder-only language model over one
+data subset (`fairseq-heads stats`).
 
 One teacher-forced pass over the subset (fairseq's task, dataset and batch iterator), streaming:
 every metric is an accumulator from :mod:`fairseq_heads.analysis`, so memory does not grow with
@@ -15,6 +16,12 @@ Which attention types each metric covers:
   source sentence, same order as the dataset; matched through ``sample["id"]``).
 Queries and keys are real tokens: source positions that are not pad/EOS, and decoder positions
 whose input token (``prev_output_tokens``) is not pad/EOS (the leading EOS is not a query).
+
+Decoder-only language models (``--task language_modeling``; one attention type, dec-self, causal):
+queries are real tokens with at least one earlier real token in their block (the first token's
+attention is forced); rare-word heads ask for the least frequent token of each query's *prefix*;
+previous_token, duplicate_token and induction (Olsson et al. 2022, on repeated random-token
+probes) are LM-only; syntactic heads are not computed for LMs.
 """
 from __future__ import annotations
 
@@ -35,7 +42,17 @@ from .analysis.capture import CapturedHeads, capture_heads
 from .analysis.confidence import ConfidenceAccumulator
 from .analysis.labels import PAPER_THRESHOLDS, LabelThresholds, head_labels
 from .analysis.positional import DEFAULT_OFFSETS, PositionalAccumulator
-from .analysis.rare import RareWordAccumulator
+from .analysis.duplicate_token import DuplicateTokenAccumulator
+from .analysis.induction import (
+    DEFAULT_LENGTHS,
+    DEFAULT_PROBES,
+    InductionAccumulator,
+    probe_vocabulary,
+    repeated_random_probes,
+    uniform_induction_score,
+)
+from .analysis.previous_token import PreviousTokenAccumulator
+from .analysis.rare import PrefixRareWordAccumulator, RareWordAccumulator
 from .analysis.streaming import (
     DEFAULT_REPLICATES,
     DEFAULT_SEED,
@@ -55,9 +72,15 @@ from .modules.gated_attention import ATTENTION_TYPES, iter_attention
 
 logger = logging.getLogger("fairseq_heads.stats")
 
-METRICS = ("confidence", "lrp", "grad", "positional", "syntactic", "rare")
+METRICS = ("confidence", "lrp", "grad", "positional", "syntactic", "rare",
+           "previous_token", "duplicate_token", "induction")
 DEFAULT_METRICS = ("confidence", "lrp", "grad", "positional", "rare")  # + syntactic with --conllu
-ATTENTION_METRICS = ("confidence", "positional", "syntactic", "rare")  # need attention weights
+LM_METRICS = ("previous_token", "duplicate_token", "induction")  # decoder-only LMs only
+DEFAULT_LM_METRICS = ("confidence", "lrp", "grad", "positional", "rare") + LM_METRICS
+DEFAULT_LM_OFFSETS = (-3, -2, -1, 0)  # causal attention has no positive offsets
+# need attention weights of the data pass (induction runs its own probes)
+ATTENTION_METRICS = ("confidence", "positional", "syntactic", "rare", "previous_token",
+                     "duplicate_token")
 METRIC_TYPES = {
     "confidence": ATTENTION_TYPES,
     "lrp": ATTENTION_TYPES,
@@ -65,6 +88,9 @@ METRIC_TYPES = {
     "positional": ("enc-self", "dec-self"),
     "rare": ("enc-self", "enc-dec"),
     "syntactic": ("enc-self",),
+    "previous_token": ("dec-self",),
+    "duplicate_token": ("dec-self",),
+    "induction": ("dec-self",),
 }
 # Metrics whose per-head values enter agreement.json (plus gate P(open) for gated models).
 AGREEMENT_METRICS = ("confidence", "lrp", "grad")
@@ -80,7 +106,7 @@ class StatsOptions:
     conllu: Optional[str] = None
     lrp_normalise: str = "sentence"
     grad_normalise: str = "none"
-    offsets: Sequence[int] = DEFAULT_OFFSETS
+    offsets: Optional[Sequence[int]] = None  # None: DEFAULT_OFFSETS, DEFAULT_LM_OFFSETS for LMs
     thresholds: LabelThresholds = PAPER_THRESHOLDS
     replicates: int = DEFAULT_REPLICATES
     seed: int = DEFAULT_SEED
@@ -91,6 +117,8 @@ class StatsOptions:
     target_lang: Optional[str] = None
     log_format: Optional[str] = None  # fairseq progress bar format; default tqdm/simple
     log_interval: int = 100
+    induction_lengths: Sequence[int] = DEFAULT_LENGTHS
+    induction_probes: int = DEFAULT_PROBES  # per length
 
 
 @dataclass
@@ -113,7 +141,7 @@ def parse_metrics(value: str) -> Tuple[str, ...]:
 
 
 def check_options(options: StatsOptions) -> None:
-    if "syntactic" in options.metrics and not options.conllu:
+    if "syntactic" in (options.metrics or ()) and not options.conllu:
         raise StatsError("the syntactic metric needs --conllu (gold parses of the source side)")
     if options.conllu and not os.path.isfile(options.conllu):
         raise StatsError(f"--conllu: file not found: {options.conllu}")
@@ -124,15 +152,44 @@ def check_options(options: StatsOptions) -> None:
                          f"{', '.join(grad_importance.GRAD_NORMALISATIONS)}")
 
 
+def options_for_model(options: StatsOptions, language_model: bool) -> StatsOptions:
+    """Fill in the defaults that depend on the kind of model; refuse metrics it cannot have."""
+    metrics, offsets = options.metrics, options.offsets
+    if metrics is None:
+        metrics = DEFAULT_LM_METRICS if language_model else (
+            DEFAULT_METRICS + (("syntactic",) if options.conllu else ()))
+    if offsets is None:
+        offsets = DEFAULT_LM_OFFSETS if language_model else DEFAULT_OFFSETS
+    if language_model and "syntactic" in metrics:
+        raise StatsError("--metrics: syntactic heads are computed for translation models only "
+                         "(this checkpoint is a language model)")
+    if not language_model:
+        lm_only = [m for m in metrics if m in LM_METRICS]
+        if lm_only:
+            raise StatsError(f"--metrics: {', '.join(lm_only)} need a decoder-only language model "
+                             f"(this checkpoint is a translation model)")
+    return dataclasses.replace(options, metrics=tuple(metrics), offsets=tuple(offsets))
+
+
 # ---------------------------------------------------------------- loading
+
+
+def is_language_model(model) -> bool:
+    from fairseq.models import FairseqLanguageModel
+
+    return isinstance(model, FairseqLanguageModel)
 
 
 def load_translation_model(checkpoint: str, data_bin: str, source_lang: Optional[str] = None,
                            target_lang: Optional[str] = None):
-    """(model in eval mode, task) via fairseq's checkpoint_utils, with ``data`` = data_bin."""
+    """(model in eval mode, task) via fairseq's checkpoint_utils, with ``data`` = data_bin.
+
+    A translation checkpoint (encoder-decoder) or a decoder-only language model
+    (``--task language_modeling``); see :func:`is_language_model`."""
     from fairseq import checkpoint_utils
     from fairseq.models import FairseqEncoderDecoderModel
     from fairseq.tasks import TASK_REGISTRY
+    from fairseq.tasks.language_modeling import LanguageModelingTask
     from fairseq.tasks.translation import TranslationTask
 
     from .compat import patch_fairseq_checkpoint_loading
@@ -151,19 +208,22 @@ def load_translation_model(checkpoint: str, data_bin: str, source_lang: Optional
     cfg = state.get("cfg")
     task_name = cfg["task"]["_name"] if cfg is not None and cfg.get("task") is not None else None
     task_class = TASK_REGISTRY.get(task_name)
-    # Check before building anything: another task would misread a translation data-bin.
-    if task_class is None or not issubclass(task_class, TranslationTask):
-        raise StatsError(f"{checkpoint}: not a translation model (its task is {task_name!r}); "
-                         f"stats needs an encoder-decoder translation checkpoint")
+    # Check before building anything: another task would misread the data-bin.
+    if task_class is None or not issubclass(task_class, (TranslationTask, LanguageModelingTask)):
+        raise StatsError(f"{checkpoint}: neither a translation model nor a language model (its "
+                         f"task is {task_name!r}); stats needs a translation or language_modeling "
+                         f"checkpoint")
     try:
         models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], state=state)
     except Exception as error:  # fairseq fails in many ways on mismatched data; name the inputs
         raise StatsError(f"cannot load {checkpoint} with data {data_bin}: "
                          f"{type(error).__name__}: {error}") from error
     model = models[0]
-    if not isinstance(model, FairseqEncoderDecoderModel) or not any(True for _ in iter_attention(model)):
-        raise StatsError(f"{checkpoint}: not an encoder-decoder Transformer "
-                         f"({type(model).__name__}); stats needs a translation model")
+    if not isinstance(model, FairseqEncoderDecoderModel) and not is_language_model(model):
+        raise StatsError(f"{checkpoint}: not an encoder-decoder Transformer or a Transformer LM "
+                         f"({type(model).__name__})")
+    if not any(True for _ in iter_attention(model)):
+        raise StatsError(f"{checkpoint}: no fairseq attention blocks in {type(model).__name__}")
     model.eval()
     return model, task
 
@@ -268,6 +328,7 @@ class _Collector:
 
     def __init__(self, model, task, layout, options: StatsOptions, conllu_index=None):
         self.model, self.task, self.layout, self.options = model, task, layout, options
+        self.is_lm = is_language_model(model)
         self.metrics = tuple(options.metrics)
         self.conllu_index = conllu_index
         self.src_dict, self.tgt_dict = task.source_dictionary, task.target_dictionary
@@ -277,7 +338,8 @@ class _Collector:
         bootstrap = dict(replicates=options.replicates, seed=options.seed)
         self.acc: Dict[Tuple[str, str], object] = {}
         for metric in self.metrics:
-            for attention_type in METRIC_TYPES[metric]:
+            # an LM has one attention type, causal self-attention, and every metric covers it
+            for attention_type in ("dec-self",) if self.is_lm else METRIC_TYPES[metric]:
                 if attention_type not in layout:
                     continue
                 shape = layout[attention_type]
@@ -286,7 +348,13 @@ class _Collector:
                 elif metric == "positional":
                     acc = PositionalAccumulator(shape, offsets=options.offsets, **bootstrap)
                 elif metric == "rare":
-                    acc = RareWordAccumulator(shape, **bootstrap)
+                    acc = (PrefixRareWordAccumulator if self.is_lm else RareWordAccumulator)(shape, **bootstrap)
+                elif metric == "previous_token":
+                    acc = PreviousTokenAccumulator(shape, **bootstrap)
+                elif metric == "duplicate_token":
+                    acc = DuplicateTokenAccumulator(shape, **bootstrap)
+                elif metric == "induction":
+                    acc = InductionAccumulator(shape, self.induction_lengths(), **bootstrap)
                 elif metric == "syntactic":
                     acc = SyntacticAccumulator(shape, **bootstrap)
                 else:  # lrp, grad: plain per-sentence ratios
@@ -297,14 +365,34 @@ class _Collector:
         self.num_target_tokens = 0
         self.sentences_with_unk = 0  # syntactic: source sentences whose <unk> pieces were filled
 
+    def induction_lengths(self) -> Tuple[int, ...]:
+        """The probe lengths whose probes (1 + 2L tokens) fit the model's positions."""
+        limit = self.model.max_positions()
+        fits = tuple(n for n in self.options.induction_lengths if limit is None or 1 + 2 * n <= limit)
+        if not fits:
+            raise StatsError(f"--induction-lengths: no probe of 1 + 2L tokens fits the model's "
+                             f"{limit} positions")
+        return fits
+
     def _has(self, metric: str) -> bool:
         return metric in self.metrics
 
+    def _masks(self, sample) -> Dict[str, Tuple[Tensor, Tensor]]:
+        """{attention type: (query mask, key mask)}, each (B, T) bool."""
+        net_input = sample["net_input"]
+        src = net_input["src_tokens"]
+        src_mask = (src != self.src_pad) & (src != self.src_eos)
+        if self.is_lm:  # a query needs an earlier token to choose from: the first one's is forced
+            return {"dec-self": (src_mask & (src_mask.long().cumsum(-1) >= 2), src_mask)}
+        prev = net_input["prev_output_tokens"]
+        dec_mask = (prev != self.tgt_pad) & (prev != self.tgt_eos)
+        return {"enc-self": (src_mask, src_mask), "dec-self": (dec_mask, dec_mask),
+                "enc-dec": (dec_mask, src_mask)}
+
     def update(self, sample) -> None:
         net_input = sample["net_input"]
-        src, prev, target = net_input["src_tokens"], net_input["prev_output_tokens"], sample["target"]
-        src_mask = (src != self.src_pad) & (src != self.src_eos)
-        dec_mask = (prev != self.tgt_pad) & (prev != self.tgt_eos)
+        src, target = net_input["src_tokens"], sample["target"]
+        masks = self._masks(sample)
         target_mask = target != self.tgt_pad
         self.num_sentences += src.shape[0]
         self.num_target_tokens += int(target_mask.sum())
@@ -318,7 +406,7 @@ class _Collector:
                     capture_heads(self.model, weights=need_weights, head_outputs=need_grad) as captured:
                 net_output = self.model(**net_input)
                 if need_weights:
-                    self._update_attention_metrics(captured, sample, src_mask, dec_mask)
+                    self._update_attention_metrics(captured, sample, masks)
                 if need_grad:
                     lprobs = self.model.get_normalized_probs(net_output, log_probs=True)
                     loss = lrp.reference_nll(lprobs, target, self.tgt_pad)
@@ -342,10 +430,9 @@ class _Collector:
                                    for layer in range(num_layers)], dim=1)
             self.acc[(metric, attention_type)].update(stacked, units[:, None, None].expand_as(stacked))
 
-    def _update_attention_metrics(self, captured: CapturedHeads, sample, src_mask, dec_mask) -> None:
-        masks = {"enc-self": (src_mask, src_mask), "dec-self": (dec_mask, dec_mask),
-                 "enc-dec": (dec_mask, src_mask)}
+    def _update_attention_metrics(self, captured: CapturedHeads, sample, masks) -> None:
         src = sample["net_input"]["src_tokens"]
+        src_mask = masks["dec-self" if self.is_lm else "enc-self"][1]
         for attention_type in self.layout:
             weights = [w.detach().float().cpu() for w in captured.type_weights(attention_type)]
             query_mask, key_mask = (m.cpu() for m in masks[attention_type])
@@ -356,8 +443,16 @@ class _Collector:
             if acc is not None:
                 acc.update(weights, query_mask, key_mask)
             acc = self.acc.get(("rare", attention_type))
-            if acc is not None:
+            if acc is not None and self.is_lm:
+                acc.update(weights, key_mask, self.src_counts[src.cpu()])
+            elif acc is not None:
                 acc.update(weights, query_mask, key_mask, self.src_counts[src.cpu()])
+            acc = self.acc.get(("previous_token", attention_type))
+            if acc is not None:
+                acc.update(weights, key_mask)
+            acc = self.acc.get(("duplicate_token", attention_type))
+            if acc is not None:
+                acc.update(weights, src.cpu(), key_mask)
             acc = self.acc.get(("syntactic", attention_type))
             if acc is not None:
                 acc.update(*self._word_attention(torch.stack(weights, dim=1), src.cpu(),
@@ -385,6 +480,26 @@ class _Collector:
             word_attn.append(attn_b)
             arcs.append(arcs_b)
         return word_attn, arcs
+
+    def score_induction(self) -> None:
+        """Run the repeated random-token probes (see analysis/induction.py) through the model."""
+        acc = self.acc.get(("induction", "dec-self"))
+        if acc is None:
+            return
+        generator = torch.Generator().manual_seed(self.options.seed)
+        vocabulary = probe_vocabulary(self.src_dict)
+        device = next(self.model.parameters()).device
+        for length in acc.lengths:
+            probes = repeated_random_probes(vocabulary, length, self.options.induction_probes,
+                                            self.src_eos, generator)
+            for start in range(0, len(probes), 16):
+                batch = probes[start:start + 16]
+                with torch.no_grad(), capture_heads(self.model, weights=True, head_outputs=False,
+                                                    attention_types=("dec-self",)) as captured:
+                    net_output = self.model(batch.to(device))
+                    lprobs = self.model.get_normalized_probs(net_output, log_probs=True)
+                    weights = [w.detach().float().cpu() for w in captured.type_weights("dec-self")]
+                acc.update(weights, lprobs.float().cpu(), batch, length)
 
     # ------------------------------------------------------------ results
 
@@ -416,7 +531,8 @@ def syntactic_column(relation: str, direction: str) -> str:
     return f"syntactic_{relation}_{direction.replace('->', '2')}"
 
 
-def table_columns(metrics: Sequence[str], offsets: Sequence[int], gated: bool) -> List[str]:
+def table_columns(metrics: Sequence[str], offsets: Sequence[int], gated: bool,
+                  induction_lengths: Sequence[int] = DEFAULT_LENGTHS) -> List[str]:
     columns = ["type", "layer", "head"]
     if gated:
         columns.append("gate_p_open")
@@ -435,8 +551,20 @@ def table_columns(metrics: Sequence[str], offsets: Sequence[int], gated: bool) -
             for direction in DIRECTIONS:
                 name = syntactic_column(relation, direction)
                 columns += [name + s for s in stats] + [name + "_baseline"]
+    if "previous_token" in metrics:
+        columns += ["previous_token_mass" + s for s in stats]
+        columns += ["previous_token_share" + s for s in stats[:3]]
+    if "duplicate_token" in metrics:
+        columns += ["duplicate_token_mass" + s for s in stats] + ["duplicate_token_chance"]
+    if "induction" in metrics:
+        columns += ["induction" + s for s in stats] + ["induction_chance"]
+        columns += [induction_column(n) for n in induction_lengths]
     columns.append("labels")
     return columns
+
+
+def induction_column(length: int) -> str:
+    return f"induction_L{length}"
 
 
 def build_rows(layout, results, gates, offsets, thresholds
@@ -449,6 +577,12 @@ def build_rows(layout, results, gates, offsets, thresholds
         rare = results.get(("rare", attention_type))
         syntactic = results.get(("syntactic", attention_type))
         grad = results.get(("grad", attention_type))
+        previous = results.get(("previous_token", attention_type))
+        duplicate = results.get(("duplicate_token", attention_type))
+        induction = results.get(("induction", attention_type))
+        if induction is not None:
+            extra["induction"] = induction_meta(induction)
+        lm_labels = causal_head_labels(previous, duplicate, induction, thresholds)
         labels = head_labels(
             attention_type,
             positional=(positional.estimate, offsets) if positional is not None else None,
@@ -499,9 +633,54 @@ def build_rows(layout, results, gates, offsets, thresholds
                             best_slot, best_gain = f"{relation},{direction}", gain
                     row["syntactic_best"] = best_slot
                     row["syntactic_best_gain"] = best_gain
-                row["labels"] = labels.get((attention_type, layer, head), [])
+                if previous is not None:
+                    row.update(_estimate_columns("previous_token_mass", previous[0], index))
+                    share = _estimate_columns("previous_token_share", previous[1], index)
+                    share.pop("previous_token_share_count")
+                    row.update(share)
+                if duplicate is not None:
+                    row.update(_estimate_columns("duplicate_token_mass", duplicate[0], index))
+                    row["duplicate_token_chance"] = _f(duplicate[1].estimate[index])
+                if induction is not None:
+                    row.update(_estimate_columns("induction", induction["all"][0], index))
+                    row["induction_chance"] = extra["induction"]["chance"]["all"]
+                    for key, (scores, _) in induction.items():
+                        if key != "all":
+                            row[induction_column(key)] = _f(scores.estimate[index])
+                row["labels"] = (labels.get((attention_type, layer, head), [])
+                                 + lm_labels.get((layer, head), []))
                 rows.append(row)
     return rows, extra
+
+
+def induction_meta(induction) -> Dict[str, object]:
+    """The model-level numbers of the induction probes: loss drop (nats/token) with its interval
+    per probe length, and the uniform-attention chance score."""
+    meta: Dict[str, object] = {"loss_drop": {}, "chance": {}}
+    for key, (_, drop) in induction.items():
+        meta["loss_drop"][str(key)] = {"estimate": _f(drop.estimate), "ci_low": _f(drop.ci_low),
+                                       "ci_high": _f(drop.ci_high), "probes": _f(drop.count)}
+    lengths = [key for key in induction if key != "all"]
+    for key in lengths:
+        meta["chance"][str(key)] = uniform_induction_score(key)
+    # the pooled score weighs each probe length by its L second-half positions
+    meta["chance"]["all"] = (sum(k * meta["chance"][str(k)] for k in lengths) / sum(lengths)
+                             if lengths else float("nan"))
+    return meta
+
+
+def causal_head_labels(previous, duplicate, induction, thresholds) -> Dict[Tuple[int, int], List[str]]:
+    """{(layer, head): labels} from the LM head functions (thresholds in LabelThresholds)."""
+    out: Dict[Tuple[int, int], List[str]] = {}
+    for name, estimate, threshold in (
+            ("previous-token", previous[0].estimate if previous else None, thresholds.previous_token),
+            ("duplicate-token", duplicate[0].estimate if duplicate else None, thresholds.duplicate_token),
+            ("induction", induction["all"][0].estimate if induction else None, thresholds.induction)):
+        if estimate is None:
+            continue
+        for layer, head in (torch.nan_to_num(estimate, nan=-1.0) >= threshold).nonzero().tolist():
+            out.setdefault((layer, head), []).append(name)
+    return out
 
 
 def normalise_grad_per_layer(results, collector: "_Collector", layout) -> None:
@@ -548,11 +727,9 @@ def compute_head_statistics(data_bin: str, checkpoint: str, subset: str,
     from .conllu_index import ConlluIndex
 
     options = options or StatsOptions()
-    if options.metrics is None:
-        default = DEFAULT_METRICS + (("syntactic",) if options.conllu else ())
-        options = dataclasses.replace(options, metrics=default)
     check_options(options)
     model, task = load_translation_model(checkpoint, data_bin, options.source_lang, options.target_lang)
+    options = options_for_model(options, is_language_model(model))
     use_cuda = torch.cuda.is_available() and not options.cpu
     if use_cuda:
         model.cuda()
@@ -580,6 +757,7 @@ def compute_head_statistics(data_bin: str, checkpoint: str, subset: str,
     if collector.num_sentences != len(dataset):
         raise StatsError(f"only {collector.num_sentences} of {len(dataset)} sentences of "
                          f"{subset!r} were scored")
+    collector.score_induction()
     results = collector.finalize()
     if options.grad_normalise == "layer":
         normalise_grad_per_layer(results, collector, layout)
@@ -590,8 +768,9 @@ def compute_head_statistics(data_bin: str, checkpoint: str, subset: str,
         "checkpoint": os.path.abspath(checkpoint),
         "data": os.path.abspath(data_bin),
         "subset": subset,
-        "source_lang": task.cfg.source_lang,
-        "target_lang": task.cfg.target_lang,
+        "model_kind": "language_model" if collector.is_lm else "translation",
+        "source_lang": getattr(task.cfg, "source_lang", None),
+        "target_lang": getattr(task.cfg, "target_lang", None),
         "sentences": collector.num_sentences,
         "target_tokens": collector.num_target_tokens,
         "metrics": list(options.metrics),
@@ -605,7 +784,11 @@ def compute_head_statistics(data_bin: str, checkpoint: str, subset: str,
         "bootstrap": {"replicates": options.replicates, "seed": options.seed, "confidence": 0.95},
         "conllu": os.path.abspath(options.conllu) if options.conllu else None,
         "syntactic_sentences_with_unk_filled": collector.sentences_with_unk,
+        "induction_probes": ({"lengths": list(collector.induction_lengths()),
+                              "per_length": options.induction_probes, "seed": options.seed}
+                             if "induction" in options.metrics else None),
         **extra,
     }
-    columns = table_columns(options.metrics, tuple(options.offsets), gates is not None)
+    columns = table_columns(options.metrics, tuple(options.offsets), gates is not None,
+                            tuple(options.induction_lengths))
     return HeadStatistics(rows, columns, agreement, meta)

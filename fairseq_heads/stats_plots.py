@@ -27,10 +27,14 @@ HEATMAP_COLUMNS: Tuple[Tuple[str, str, Optional[Tuple[float, float]]], ...] = (
     ("positional_share", "positional: share at the best offset", (0.0, 1.0)),
     ("rare_share", "rare: share hitting the rarest token", (0.0, 1.0)),
     ("syntactic_best_gain", "syntactic: best accuracy - baseline", None),
+    ("previous_token_mass", "previous-token: attention mass on q-1", (0.0, 1.0)),
+    ("duplicate_token_mass", "duplicate-token: mass on earlier copies", (0.0, 1.0)),
+    ("induction", "induction score (repeated random probes)", (0.0, 1.0)),
     ("gate_p_open", "gate P(open)", (0.0, 1.0)),
 )
 FUNCTION_COLOURS = {"none": "#f0f0f0", "positional": "#4c72b0", "syntactic": "#55a868",
-                    "rare": "#c44e52", "several": "#8172b2"}
+                    "rare": "#c44e52", "previous-token": "#64b5cd", "duplicate-token": "#ccb974",
+                    "induction": "#dd8452", "several": "#8172b2"}
 
 
 def _grid(rows: Sequence[dict], attention_type: str, column: str) -> Optional[np.ndarray]:
@@ -83,6 +87,7 @@ def function_of(labels: Sequence[str]) -> str:
 
 def _short(label: str) -> str:
     return (label.replace("positional", "pos").replace("syntactic", "syn")
+            .replace("previous-token", "prev").replace("duplicate-token", "dup")
             .replace("dep->head", "d>h").replace("head->dep", "h>d"))
 
 

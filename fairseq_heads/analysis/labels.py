@@ -6,6 +6,8 @@ Defaults (``PAPER_THRESHOLDS``):
   the paper gives no threshold — see :mod:`rare` for why).
 - syntactic(rel, dir): accuracy - best-fixed-offset baseline >= 0.10 (paper, Sec. 4.3:
   heads that beat the positional baseline by at least 10 points).
+- LMs: previous-token (mass on q-1 >= 0.5), duplicate-token (mass on earlier copies >= 0.5),
+  induction (score >= 0.4); see previous_token.py, duplicate_token.py, induction.py.
 
 Labels are made from point estimates; pass e.g. ``ci_low`` tensors instead of estimates to
 label only heads whose interval clears the threshold.  NaN values never produce a label.
@@ -28,6 +30,10 @@ class LabelThresholds:
     positional: float = 0.9
     rare: float = 0.5
     syntactic_margin: float = 0.10
+    # decoder-only LMs (our thresholds, fixed before any model was scored; see docs/metrics.md)
+    previous_token: float = 0.5  # attention mass on position q-1
+    duplicate_token: float = 0.5  # attention mass on earlier copies of the query's token
+    induction: float = 0.4  # Olsson et al.'s induction score on repeated random probes
 
 
 PAPER_THRESHOLDS = LabelThresholds()

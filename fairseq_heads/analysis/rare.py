@@ -165,3 +165,71 @@ class RareWordAccumulator:
     def replicate_estimates(self) -> torch.Tensor:
         """Bootstrap replicates of the shares, (R, *head_shape, 2): [..., 0] rarest, [..., 1] two rarest."""
         return self.hits.replicate_estimates()
+
+
+# ---------------------------------------------------------------- causal models (prefix)
+#
+# A decoder-only model's query q sees only its prefix, so the rare-word question is asked per
+# query: does q's argmax key (among the real tokens at positions <= q) hold the least frequent
+# token of that prefix?  Per query q with at least ``min_keys`` real prefix tokens:
+#
+#     rarest_q     = 1 if f[argmax_k a[q, k]] == min_{k <= q} f[k]
+#     two_rarest_q = 1 if f[argmax_k a[q, k]] <= second smallest of the prefix's f (duplicates count)
+#     chance_q     = #{k <= q : f[k] == min f} / n_q   (uniform attention over the prefix)
+#
+# shares are token-weighted (sum over queries / number of queries); bootstrap unit the block.
+
+
+def prefix_rare_hits(attn: torch.Tensor, token_mask: torch.Tensor, key_freq: torch.Tensor,
+                     min_keys: int = DEFAULT_MIN_KEYS) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-sentence (hits (B, *heads, 2), chance (B, 2), scored queries (B,)) for causal attention."""
+    num_head_dims = check_shapes(attn, token_mask, token_mask)
+    t = token_mask.shape[-1]
+    prefix = torch.ones(t, t, dtype=torch.bool, device=token_mask.device).tril().unsqueeze(0) \
+        & token_mask.unsqueeze(1)  # (B, Tq, Tk)
+    freq = key_freq.to(torch.float64).unsqueeze(1).expand(-1, t, -1).masked_fill(~prefix, float("inf"))
+    ordered = freq.sort(-1).values  # (B, Tq, Tk)
+    smallest = ordered[..., 0]
+    second = ordered[..., 1] if t > 1 else smallest
+    second = torch.where(torch.isinf(second), smallest, second)
+    scored = token_mask & (prefix.sum(-1) >= max(min_keys, 1))  # (B, Tq)
+    lead = token_mask.shape[:1] + (1,) * num_head_dims
+    best = masked_argmax(attn, prefix.reshape(lead + prefix.shape[1:]))  # (B, *heads, Tq)
+    best_freq = key_freq.to(torch.float64).reshape(lead + key_freq.shape[1:]).expand(best.shape)
+    best_freq = best_freq.gather(-1, best)
+    q = scored.reshape(lead + scored.shape[1:])
+    hits = torch.stack([(best_freq == smallest.reshape(lead + smallest.shape[1:])) & q,
+                        (best_freq <= second.reshape(lead + second.shape[1:])) & q], -1)
+    n = prefix.sum(-1).clamp(min=1).to(torch.float64)
+    at_min = ((freq == smallest.unsqueeze(-1)) & prefix).sum(-1) / n
+    at_two = ((freq <= second.unsqueeze(-1)) & prefix).sum(-1) / n
+    chance = torch.stack([(at_min * scored).sum(-1), (at_two * scored).sum(-1)], -1)
+    return hits.to(torch.float64).sum(-2), chance, scored.to(torch.float64).sum(-1)
+
+
+class PrefixRareWordAccumulator:
+    """:class:`RareWordAccumulator` for causal attention (see the comment above); same result type,
+    ``count`` = scored query tokens."""
+
+    def __init__(self, head_shape: Sequence[int], min_keys: int = DEFAULT_MIN_KEYS,
+                 replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED):
+        self.head_shape = tuple(head_shape)
+        self.min_keys = min_keys
+        self.hits = RatioAccumulator(self.head_shape + (2,), replicates=replicates, seed=seed)
+        self.chance = RatioAccumulator((2,), replicates=replicates, seed=seed)
+
+    def update(self, attn: AttentionInput, token_mask: torch.Tensor, key_freq: torch.Tensor) -> None:
+        hits, chance, scored = per_layer(prefix_rare_hits, attn, token_mask, key_freq, min_keys=self.min_keys)
+        if not isinstance(attn, torch.Tensor):  # per_layer stacked the per-sentence parts too
+            chance, scored = chance[:, 0], scored[:, 0]
+        den = scored.reshape((-1,) + (1,) * (hits.dim() - 1)).expand_as(hits)
+        self.hits.update(hits, den)
+        self.chance.update(chance, scored[:, None].expand(-1, 2))
+
+    def finalize(self) -> RareWordResult:
+        hits = self.hits.finalize()
+        chance = self.chance.finalize()
+        return RareWordResult(_pick(hits, 0), _pick(hits, 1), _pick(chance, 0), _pick(chance, 1))
+
+    def replicate_estimates(self) -> torch.Tensor:
+        return self.hits.replicate_estimates()

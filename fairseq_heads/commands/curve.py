@@ -1,4 +1,5 @@
-"""`fairseq-heads curve`: BLEU as the lowest-scoring heads are removed (Michel et al. 2019).
+"""`fairseq-heads curve`: BLEU (perplexity for a language model) as the lowest-scoring heads are
+removed (Michel et al. 2019).
 
 Argument parsing and wiring only; the work is in `fairseq_heads.pruning.curve`.
 """
@@ -41,7 +42,14 @@ def run(args) -> int:
     from ..atomic import atomic_path, check_output_file
     from ..compat import check_checkpoint_file, patch_fairseq_checkpoint_loading
     from ..head_masks import model_head_shape, write_atomic
-    from ..pruning.curve import curve_csv, parse_steps, plot_curve, pruning_curve, read_overlay
+    from ..pruning.curve import (
+        curve_csv,
+        is_language_model,
+        parse_steps,
+        plot_curve,
+        pruning_curve,
+        read_overlay,
+    )
     from ..pruning.importance import check_scores_match_model, read_head_scores
 
     check_checkpoint_file(args.path)
@@ -60,16 +68,21 @@ def run(args) -> int:
     steps = parse_steps(args.steps, sum(len(r) for rows in scores.values() for r in rows))
     remove_bpe = None if args.remove_bpe == "none" else args.remove_bpe
 
+    language_model = is_language_model(model)
+    score_name = "perplexity" if language_model else "BLEU"
+
     def progress(point):
-        print(f"heads removed {point.heads_removed:>3}  kept {point.heads_kept:>3}  BLEU {point.bleu:6.2f}", flush=True)
+        print(f"heads removed {point.heads_removed:>3}  kept {point.heads_kept:>3}  "
+              f"{score_name} {point.bleu:6.2f}", flush=True)
 
     points = pruning_curve(model, task, args.gen_subset, scores, steps, rescore=args.rescore,
                            beam=args.beam, batch_size=args.batch_size, remove_bpe=remove_bpe,
                            limit=args.limit, rescore_subset=args.rescore_subset, progress=progress)
-    write_atomic(args.out, curve_csv(points))
+    write_atomic(args.out, curve_csv(points, language_model))
     png = os.path.splitext(args.out)[0] + ".png"
     with atomic_path(png) as tmp:
-        plot_curve(points, tmp, f"{args.metric}{' (rescored)' if args.rescore else ''}", overlay)
-    print(f"sacreBLEU signature: {points[0].signature}")
+        plot_curve(points, tmp, f"{args.metric}{' (rescored)' if args.rescore else ''}", overlay,
+                   score_name)
+    print(f"{'score' if language_model else 'sacreBLEU signature'}: {points[0].signature}")
     print(f"wrote {args.out} and {png}")
     return 0

@@ -36,11 +36,20 @@ def add_stats_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grad-normalise", choices=("none", "layer"), default="none",
                         help="gradient importance: raw, or divided by each layer's L2 norm "
                              "(Michel et al.) (default: %(default)s)")
-    parser.add_argument("--offsets", default=",".join(str(k) for k in DEFAULT_OFFSETS),
-                        help="relative offsets for positional heads (default: %(default)s)")
+    parser.add_argument("--offsets", default=None,
+                        help="relative offsets for positional heads (default: "
+                             f"{','.join(str(k) for k in DEFAULT_OFFSETS)}; for LMs -3,-2,-1,0)")
     parser.add_argument("--positional-threshold", type=float, default=PAPER_THRESHOLDS.positional)
     parser.add_argument("--rare-threshold", type=float, default=PAPER_THRESHOLDS.rare)
     parser.add_argument("--syntactic-margin", type=float, default=PAPER_THRESHOLDS.syntactic_margin)
+    lm = parser.add_argument_group("decoder-only language models")
+    lm.add_argument("--previous-token-threshold", type=float, default=PAPER_THRESHOLDS.previous_token)
+    lm.add_argument("--duplicate-token-threshold", type=float, default=PAPER_THRESHOLDS.duplicate_token)
+    lm.add_argument("--induction-threshold", type=float, default=PAPER_THRESHOLDS.induction)
+    lm.add_argument("--induction-lengths", default="16,32,64",
+                    help="lengths L of the repeated random-token probes (default: %(default)s)")
+    lm.add_argument("--induction-probes", type=int, default=64,
+                    help="probes per length (default: %(default)s)")
     parser.add_argument("--bootstrap-replicates", type=int, default=DEFAULT_REPLICATES)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
     parser.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch")
@@ -52,11 +61,11 @@ def add_stats_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fairseq progress bar format")
 
 
-def _offsets(value: str):
+def _offsets(value: str, option: str):
     try:
         return tuple(int(k) for k in value.split(",") if k.strip())
     except ValueError:
-        raise ValueError(f"--offsets: expected a comma list of integers, got {value!r}") from None
+        raise ValueError(f"{option}: expected a comma list of integers, got {value!r}") from None
 
 
 def run_stats(args) -> int:
@@ -77,9 +86,12 @@ def run_stats(args) -> int:
     metrics = parse_metrics(args.metrics) if args.metrics else None
     options = StatsOptions(
         conllu=args.conllu, lrp_normalise=args.lrp_normalise, grad_normalise=args.grad_normalise,
-        offsets=_offsets(args.offsets),
+        offsets=_offsets(args.offsets, "--offsets") if args.offsets else None,
+        induction_lengths=_offsets(args.induction_lengths, "--induction-lengths"),
+        induction_probes=args.induction_probes,
         thresholds=LabelThresholds(args.positional_threshold, args.rare_threshold,
-                                   args.syntactic_margin),
+                                   args.syntactic_margin, args.previous_token_threshold,
+                                   args.duplicate_token_threshold, args.induction_threshold),
         replicates=args.bootstrap_replicates, seed=args.seed, max_tokens=args.max_tokens,
         batch_size=args.batch_size, cpu=args.cpu, source_lang=args.source_lang,
         target_lang=args.target_lang, log_format=args.log_format, metrics=metrics)

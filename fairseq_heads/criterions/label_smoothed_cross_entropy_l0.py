@@ -45,10 +45,6 @@ class LabelSmoothedCrossEntropyL0Config(LabelSmoothedCrossEntropyCriterionConfig
     )
 
 
-def open_heads_key(attention_type: str) -> str:
-    return "open_heads_" + attention_type.replace("-", "_")
-
-
 P_OPEN_PREFIX = "p_open/"
 
 
@@ -56,13 +52,62 @@ def p_open_key(attention_type: str, layer: int, head: int) -> str:
     return f"{P_OPEN_PREFIX}{attention_type.replace('-', '_')}/{layer}/{head}"
 
 
-@register_criterion("label_smoothed_cross_entropy_l0", dataclass=LabelSmoothedCrossEntropyL0Config)
-class LabelSmoothedCrossEntropyL0Criterion(LabelSmoothedCrossEntropyCriterion):
-    def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0,
-                 report_accuracy=False, l0_lambda=0.0, target_heads=None):
-        super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
-        if not (l0_lambda >= 0 and math.isfinite(l0_lambda)):
-            raise ValueError(f"--l0-lambda must be a finite number >= 0, got {l0_lambda}")
+def open_heads_key(attention_type: str) -> str:
+    return "open_heads_" + attention_type.replace("-", "_")
+
+
+def check_l0_lambda(l0_lambda: float) -> None:
+    if not (l0_lambda >= 0 and math.isfinite(l0_lambda)):
+        raise ValueError(f"--l0-lambda must be a finite number >= 0, got {l0_lambda}")
+
+
+def add_l0_terms(criterion, model, loss, sample_size, logging_output):
+    """loss + λ·E[L0]·sample_size (+ the --target-heads Lagrangian), and the gate logs.
+    `criterion` has `l0_lambda` and `head_count_lagrangian` (shared by the *_l0 criteria)."""
+    penalty = expected_l0(model).to(loss)
+    if criterion.l0_lambda > 0:
+        loss = loss + criterion.l0_lambda * penalty * sample_size
+    if criterion.head_count_lagrangian is not None:  # --target-heads extension
+        lagrangian, logs = criterion.head_count_lagrangian(model)
+        loss = loss + lagrangian.to(loss) * sample_size
+        logging_output.update(logs)
+    # Per-batch values with a weight, so that summing over workers and batches averages them.
+    logging_output["l0_batches"] = 1
+    logging_output["expected_l0"] = penalty.item()
+    logging_output["l0_loss"] = criterion.l0_lambda * penalty.item()
+    for attention_type, (opened, _) in open_heads_per_type(model).items():
+        logging_output[open_heads_key(attention_type)] = opened
+    for attention_type, layer, gate in iter_gates(model):
+        for head, p_open in enumerate(gate.prob_open().detach().tolist()):
+            logging_output[p_open_key(attention_type, layer, head)] = p_open
+    return loss
+
+
+def reduce_l0_metrics(logging_outputs) -> None:
+    batches = sum(log.get("l0_batches", 0) for log in logging_outputs)
+    if batches == 0:
+        return
+    metrics.log_scalar("expected_l0", sum(log.get("expected_l0", 0) for log in logging_outputs) / batches, batches, round=2)
+    metrics.log_scalar("l0_loss", sum(log.get("l0_loss", 0) for log in logging_outputs) / batches, batches, round=4)
+    for attention_type in ATTENTION_TYPES:
+        key = open_heads_key(attention_type)
+        if any(key in log for log in logging_outputs):
+            metrics.log_scalar(key, sum(log.get(key, 0) for log in logging_outputs) / batches, batches, round=1)
+    keys = sorted({key for log in logging_outputs for key in log if key.startswith(P_OPEN_PREFIX)})
+    for key in keys:  # after the totals: console logs list them last
+        metrics.log_scalar(key, sum(log.get(key, 0) for log in logging_outputs) / batches, batches,
+                           priority=100, round=3)
+    reduce_lagrangian_metrics(logging_outputs, batches)  # --target-heads extension
+
+
+
+
+class L0PenaltyMixin:
+    """forward adds λ·E[L0]·sample_size (and the --target-heads Lagrangian) to the base
+    criterion's loss; mixed in before a fairseq criterion (call `_init_l0` in __init__)."""
+
+    def _init_l0(self, l0_lambda: float, target_heads: Optional[str]) -> None:
+        check_l0_lambda(l0_lambda)
         self.l0_lambda = l0_lambda
         # --target-heads extension: the multipliers are criterion parameters (fairseq's
         # trainer optimises the criterion's parameters with the model's).
@@ -70,38 +115,24 @@ class LabelSmoothedCrossEntropyL0Criterion(LabelSmoothedCrossEntropyCriterion):
 
     def forward(self, model, sample, reduce=True):
         loss, sample_size, logging_output = super().forward(model, sample, reduce=reduce)
-        penalty = expected_l0(model).to(loss)
-        if self.l0_lambda > 0:
-            loss = loss + self.l0_lambda * penalty * sample_size
-        if self.head_count_lagrangian is not None:  # --target-heads extension
-            lagrangian, logs = self.head_count_lagrangian(model)
-            loss = loss + lagrangian.to(loss) * sample_size
-            logging_output.update(logs)
-        # Per-batch values with a weight, so that summing over workers and batches averages them.
-        logging_output["l0_batches"] = 1
-        logging_output["expected_l0"] = penalty.item()
-        logging_output["l0_loss"] = self.l0_lambda * penalty.item()
-        for attention_type, (opened, _) in open_heads_per_type(model).items():
-            logging_output[open_heads_key(attention_type)] = opened
-        for attention_type, layer, gate in iter_gates(model):
-            for head, p_open in enumerate(gate.prob_open().detach().tolist()):
-                logging_output[p_open_key(attention_type, layer, head)] = p_open
-        return loss, sample_size, logging_output
+        return add_l0_terms(self, model, loss, sample_size, logging_output), sample_size, logging_output
 
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:
         super().reduce_metrics(logging_outputs)
-        batches = sum(log.get("l0_batches", 0) for log in logging_outputs)
-        if batches == 0:
-            return
-        metrics.log_scalar("expected_l0", sum(log.get("expected_l0", 0) for log in logging_outputs) / batches, batches, round=2)
-        metrics.log_scalar("l0_loss", sum(log.get("l0_loss", 0) for log in logging_outputs) / batches, batches, round=4)
-        for attention_type in ATTENTION_TYPES:
-            key = open_heads_key(attention_type)
-            if any(key in log for log in logging_outputs):
-                metrics.log_scalar(key, sum(log.get(key, 0) for log in logging_outputs) / batches, batches, round=1)
-        keys = sorted({key for log in logging_outputs for key in log if key.startswith(P_OPEN_PREFIX)})
-        for key in keys:  # after the totals: console logs list them last
-            metrics.log_scalar(key, sum(log.get(key, 0) for log in logging_outputs) / batches, batches,
-                               priority=100, round=3)
-        reduce_lagrangian_metrics(logging_outputs, batches)  # --target-heads extension
+        reduce_l0_metrics(logging_outputs)
+
+    def load_state_dict(self, state_dict, strict=True, **kwargs):
+        # A checkpoint of a criterion without parameters (--finetune-from-model of a plain
+        # model) has none: a --target-heads run then starts with fresh multipliers.
+        if state_dict is None:
+            return None
+        return super().load_state_dict(state_dict, strict=strict, **kwargs)
+
+
+@register_criterion("label_smoothed_cross_entropy_l0", dataclass=LabelSmoothedCrossEntropyL0Config)
+class LabelSmoothedCrossEntropyL0Criterion(L0PenaltyMixin, LabelSmoothedCrossEntropyCriterion):
+    def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0,
+                 report_accuracy=False, l0_lambda=0.0, target_heads=None):
+        super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
+        self._init_l0(l0_lambda, target_heads)

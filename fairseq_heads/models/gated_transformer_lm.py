@@ -7,6 +7,7 @@ fairseq's registry.
 """
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Optional
 
 from fairseq.models import register_model
 from fairseq.models.transformer_lm import TransformerLanguageModel, TransformerLanguageModelConfig
@@ -29,6 +30,10 @@ class GatedTransformerLanguageModelConfig(TransformerLanguageModelConfig):
     gate_stretch_high: float = field(default=DEFAULT_STRETCH[1], metadata={"help": "stretch, upper end"})
     gate_init_log_alpha: float = field(default=DEFAULT_INIT_LOG_ALPHA, metadata={"help": "initial log-alpha (open)"})
     train_gates_only: bool = field(default=False, metadata={"help": "freeze everything but the gates"})
+    # --- physical pruning (fairseq_heads/pruning) ---
+    head_layout: Optional[str] = field(
+        default=None, metadata={"help": "pruned attention shapes, written by `fairseq-heads prune` "
+                                        "(kept original head indices per layer)"})
 
 
 @register_model("gated_transformer_lm", dataclass=GatedTransformerLanguageModelConfig)
@@ -38,6 +43,9 @@ class GatedTransformerLanguageModel(TransformerLanguageModel):
         if parse_attention_types(args.gated_attention) != {"dec-self"}:
             raise ValueError("--gated-attention: a decoder-only language model has only dec-self attention")
         model = add_gates(super().build_model(args, task), args)
+        # --- physical pruning: a pruned checkpoint's smaller blocks (see gated_transformer.py) ---
+        from ..pruning.physical import apply_head_layout  # lazy: pruning.checkpoint imports this module
+        model = apply_head_layout(model, args)
         freeze_parameters(model, args)
         return model
 

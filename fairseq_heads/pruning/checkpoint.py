@@ -1,4 +1,5 @@
-"""Prune a fairseq checkpoint file into a smaller `gated_transformer` checkpoint.
+"""Prune a fairseq checkpoint file into a smaller `gated_transformer` (or, for a decoder-only
+language model, `gated_transformer_lm`) checkpoint.
 
 The model is rebuilt from the checkpoint alone: a Transformer only needs its dictionaries'
 sizes (and pad index, fairseq's default) to be built, and those are read off the embedding
@@ -13,6 +14,7 @@ from typing import Callable, Dict, List, NamedTuple
 
 import torch
 from fairseq import models
+from fairseq.models import FairseqLanguageModel
 from fairseq.data import Dictionary
 from omegaconf import OmegaConf
 from torch import nn
@@ -21,7 +23,8 @@ from ..atomic import atomic_path
 from ..compat import load_checkpoint
 from ..gate_table import model_args
 from ..head_masks import model_head_shape
-from ..models.gated_transformer import GatedTransformerModel, add_gates, gate_defaults
+from ..models.gated_transformer import GATE_DEFAULTS, GatedTransformerModel, add_gates, gate_defaults
+from ..models.gated_transformer_lm import GatedTransformerLanguageModel
 from .head_target import attach_head_target_record
 from .physical import (
     HeadLayout,
@@ -56,13 +59,23 @@ def checkpoint_model_options(state: dict) -> Namespace:
     return args
 
 
+def is_language_model_state(state: dict) -> bool:
+    """A decoder-only Transformer LM checkpoint (no encoder weights, a decoder embedding)."""
+    weights = state["model"]
+    return "decoder.embed_tokens.weight" in weights and not any(k.startswith("encoder.") for k in weights)
+
+
 def build_model_from_state(state: dict, args: Namespace) -> nn.Module:
     weights = state["model"]
-    if "encoder.embed_tokens.weight" not in weights or "decoder.embed_tokens.weight" not in weights:
-        raise HeadPruningError("checkpoint is not an encoder-decoder Transformer")
-    task = _DictionariesOnly(
-        source_dictionary=_placeholder_dictionary(weights["encoder.embed_tokens.weight"].size(0)),
-        target_dictionary=_placeholder_dictionary(weights["decoder.embed_tokens.weight"].size(0)))
+    if is_language_model_state(state):
+        dictionary = _placeholder_dictionary(weights["decoder.embed_tokens.weight"].size(0))
+        task = _DictionariesOnly(source_dictionary=dictionary, target_dictionary=dictionary)
+    elif "encoder.embed_tokens.weight" not in weights or "decoder.embed_tokens.weight" not in weights:
+        raise HeadPruningError("checkpoint is neither an encoder-decoder Transformer nor a Transformer LM")
+    else:
+        task = _DictionariesOnly(
+            source_dictionary=_placeholder_dictionary(weights["encoder.embed_tokens.weight"].size(0)),
+            target_dictionary=_placeholder_dictionary(weights["decoder.embed_tokens.weight"].size(0)))
     model = models.build_model(copy.deepcopy(args), task)
     model.load_state_dict(weights, strict=True, model_cfg=args)
     return model.eval()
@@ -70,11 +83,19 @@ def build_model_from_state(state: dict, args: Namespace) -> nn.Module:
 
 def as_gated_transformer(model: nn.Module, args: Namespace) -> nn.Module:
     """A plain `transformer` becomes a `gated_transformer` (model and options): the default
-    enc-self gates, which start open (deterministic gate 1: the function is unchanged)."""
-    if isinstance(model, GatedTransformerModel):
+    enc-self gates, which start open (deterministic gate 1: the function is unchanged). A plain
+    `transformer_lm` becomes a `gated_transformer_lm` with dec-self gates."""
+    if isinstance(model, (GatedTransformerModel, GatedTransformerLanguageModel)):
         return model
-    args.arch = args._name = "gated_transformer"
-    gate_defaults(args)
+    if isinstance(model, FairseqLanguageModel):
+        args.arch = args._name = "gated_transformer_lm"
+        for name, value in GATE_DEFAULTS.items():
+            if getattr(args, name, None) is None:
+                setattr(args, name, value)
+        args.gated_attention = "dec-self"
+    else:
+        args.arch = args._name = "gated_transformer"
+        gate_defaults(args)
     add_gates(model, args)
     attach_head_target_record(model)  # what gated_transformer.build_model gives every model
     return model

@@ -1,10 +1,13 @@
-"""Michel et al. (2019)'s pruning curve: remove the lowest-scoring heads step by step, BLEU at each.
+"""Michel et al. (2019)'s pruning curve: remove the lowest-scoring heads step by step, BLEU at each
+(perplexity for a decoder-only language model).
 
 Heads are switched off with a head mask (fixed gates, `head_masks.apply_head_mask`): the same
 function as the physically pruned model, without rebuilding anything between steps. Generation
 runs in-process through fairseq's own task, batch iterator and SequenceGenerator; BLEU is
 sacreBLEU's corpus BLEU (default 13a tokenisation) on detokenised (BPE-removed) text, as
-`fairseq-generate --scoring sacrebleu` computes it.
+`fairseq-generate --scoring sacrebleu` computes it. A language model's score is the perplexity
+of the subset's blocks, teacher forced: 2 ** (summed base-2 NLL / target tokens), what
+`fairseq-eval-lm` reports with its default context window (0).
 
 Rescoring (optional, after every step) uses the gradient metric of Michel et al.:
 |∂L/∂ξ_h| for the head mask ξ, L the label-smoothing-free NLL of the references, accumulated per
@@ -12,6 +15,7 @@ batch (not per sentence, a cheaper approximation) and L2-normalised within each 
 """
 import csv
 import io
+import math
 from argparse import Namespace
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence
 
@@ -29,9 +33,12 @@ from .physical import HeadPruningError
 class CurvePoint(NamedTuple):
     heads_removed: int
     heads_kept: int
-    bleu: float
+    bleu: float  # BLEU, or perplexity for a language model
     signature: str
     removed: str  # the heads removed so far, "type:layer:head;..."
+
+
+PERPLEXITY_SIGNATURE = "perplexity: 2**(base-2 NLL per target token), blocks teacher forced (fairseq-eval-lm, context window 0)"
 
 
 def parse_steps(text: str, total_heads: int) -> List[int]:
@@ -89,6 +96,24 @@ def corpus_bleu(hypotheses: List[str], references: List[str]):
 
     bleu = BLEU()
     return bleu.corpus_score(hypotheses, [references]).score, str(bleu.get_signature())
+
+
+def perplexity(model: nn.Module, task, subset: str, batch_size: int = 16,
+               limit: Optional[int] = None) -> float:
+    """2 ** (base-2 NLL per target token) of a language model on `subset` (module docstring)."""
+    model.eval()
+    pad = task.target_dictionary.pad()
+    nll, tokens = 0.0, 0
+    with torch.no_grad():
+        for sample in batches(task, subset, model, batch_size, limit):
+            lprobs = model.get_normalized_probs(model(**sample["net_input"]), log_probs=True)
+            target = sample["target"]
+            token_nll = -lprobs.float().gather(-1, target.unsqueeze(-1)).squeeze(-1)
+            nll += float(token_nll.masked_fill(target.eq(pad), 0.0).sum(dtype=torch.float64))
+            tokens += int(target.ne(pad).sum())
+    if tokens == 0:
+        raise HeadPruningError(f"subset {subset!r} has no target tokens")
+    return float(2.0 ** (nll / tokens / math.log(2.0)))
 
 
 def gradient_scores(model: nn.Module, task, subset: str, mask: Dict[str, torch.Tensor],
@@ -149,8 +174,11 @@ def pruning_curve(model: nn.Module, task, subset: str, scores: HeadScores, steps
                 mask[t][layer, head] = False
                 removed.append((t, layer, head))
         apply_head_mask(model, mask)
-        hypotheses, references = translate(model, task, subset, beam, batch_size, remove_bpe, limit)
-        bleu, signature = corpus_bleu(hypotheses, references)
+        if is_language_model(model):
+            bleu, signature = perplexity(model, task, subset, batch_size, limit), PERPLEXITY_SIGNATURE
+        else:
+            hypotheses, references = translate(model, task, subset, beam, batch_size, remove_bpe, limit)
+            bleu, signature = corpus_bleu(hypotheses, references)
         point = CurvePoint(step, total - step, bleu, signature,
                            ";".join(f"{t}:{layer}:{head}" for t, layer, head in removed))
         points.append(point)
@@ -162,12 +190,19 @@ def pruning_curve(model: nn.Module, task, subset: str, scores: HeadScores, steps
 
 
 CURVE_COLUMNS = ("heads_removed", "heads_kept", "bleu", "sacrebleu_signature", "removed_heads")
+LM_CURVE_COLUMNS = ("heads_removed", "heads_kept", "perplexity", "signature", "removed_heads")
 
 
-def curve_csv(points: List[CurvePoint]) -> str:
+def is_language_model(model: nn.Module) -> bool:
+    from fairseq.models import FairseqLanguageModel
+
+    return isinstance(model, FairseqLanguageModel)
+
+
+def curve_csv(points: List[CurvePoint], language_model: bool = False) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CURVE_COLUMNS)
+    writer.writerow(LM_CURVE_COLUMNS if language_model else CURVE_COLUMNS)
     for p in points:
         writer.writerow([p.heads_removed, p.heads_kept, f"{p.bleu:.2f}", p.signature, p.removed])
     return buffer.getvalue()
@@ -186,9 +221,13 @@ def read_overlay(path: str) -> List[tuple]:
             raise HeadPruningError(f"{path}: {error}") from None
 
 
-def plot_curve(points: List[CurvePoint], path: str, title: str, overlay: Sequence[tuple] = ()) -> None:
+def plot_curve(points: List[CurvePoint], path: str, title: str, overlay: Sequence[tuple] = (),
+               score_name: str = "BLEU") -> None:
+    import logging
+
     import matplotlib
 
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # it logs font lookups at DEBUG
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -200,7 +239,7 @@ def plot_curve(points: List[CurvePoint], path: str, title: str, overlay: Sequenc
     if overlay:
         axes.plot([], [], "s", color="gray", label="L0-pruned models")
     axes.set_xlabel("heads kept")
-    axes.set_ylabel("BLEU")
+    axes.set_ylabel(score_name)
     axes.invert_xaxis()  # pruning proceeds left to right
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)

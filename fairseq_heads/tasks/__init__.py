@@ -1,1 +1,1 @@
-from . import translation_heads  # noqa: F401
+from . import language_modeling_heads, translation_heads  # noqa: F401

@@ -11,7 +11,9 @@ from fairseq import options, tasks
 from fairseq_heads import cli
 from fairseq_heads.analysis.labels import PAPER_THRESHOLDS
 from fairseq_heads.models.gated_transformer import iter_gates
-from fairseq_heads.stats import METRICS, StatsOptions, compute_head_statistics
+from fairseq_heads.stats import LM_METRICS, METRICS, StatsOptions, compute_head_statistics
+
+TRANSLATION_METRICS = [m for m in METRICS if m not in LM_METRICS]
 from tests.core.helpers import build_model, run_cli
 from tests.stats.conftest import save_args_checkpoint
 
@@ -24,7 +26,7 @@ def stats_dir(toy_data_bin, trained_checkpoint, tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("stats") / "out"
     result = run_cli(["fairseq-heads", "stats", str(toy_data_bin.data_bin), "--path", trained_checkpoint,
                       "--gen-subset", "valid", "--conllu", str(toy_data_bin.conllu["valid"]),
-                      "--metrics", ",".join(METRICS), "--out-dir", str(out_dir), "--cpu",
+                      "--metrics", ",".join(TRANSLATION_METRICS), "--out-dir", str(out_dir), "--cpu",
                       "--bootstrap-replicates", REPLICATES, "--max-tokens", "800",
                       "--log-format", "none"])
     assert result.returncode == 0, result.stderr[-3000:]
@@ -220,7 +222,11 @@ def test_errors_leave_the_output_folder_empty(toy_data_bin, trained_checkpoint, 
                                  "needs --conllu")
 
 
-def test_a_language_model_is_refused(toy_data_bin, tmp_path, capsys):
+def test_metrics_the_model_cannot_have_are_refused(toy_data_bin, trained_checkpoint, tmp_path, capsys):
+    out_dir = tmp_path / "out"
+    assert_fails_leaving_nothing(["stats", str(toy_data_bin.data_bin), "--path", trained_checkpoint,
+                                  "--out-dir", str(out_dir), "--cpu", "--metrics", "confidence,induction"],
+                                 out_dir, capsys, "induction need a decoder-only language model")
     dictionary = (toy_data_bin.data_bin / "dict.src.txt").read_text()
     (tmp_path / "lm").mkdir()
     (tmp_path / "lm" / "dict.txt").write_text(dictionary)
@@ -230,9 +236,10 @@ def test_a_language_model_is_refused(toy_data_bin, tmp_path, capsys):
         "--decoder-attention-heads", "2", "--tokens-per-sample", "16", "--cpu"])
     model = tasks.setup_task(args).build_model(args)
     checkpoint = save_args_checkpoint(model, args, tmp_path / "lm.pt")
-    out_dir = tmp_path / "out"
-    assert_fails_leaving_nothing(["stats", str(toy_data_bin.data_bin), "--path", checkpoint, "--out-dir",
-                                  str(out_dir), "--cpu"], out_dir, capsys, "not a translation model")
+    assert_fails_leaving_nothing(["stats", str(tmp_path / "lm"), "--path", checkpoint, "--out-dir",
+                                  str(out_dir), "--cpu", "--metrics", "syntactic",
+                                  "--conllu", str(toy_data_bin.conllu["valid"])],
+                                 out_dir, capsys, "syntactic heads are computed for translation models only")
 
 
 def test_gated_checkpoint_with_step_normalised_lrp(toy_data_bin, tmp_path):

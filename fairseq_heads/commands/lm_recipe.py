@@ -1,0 +1,59 @@
+"""`fairseq-heads lm-result` and `lm-report`: the language-model recipe's small steps.
+
+Argument parsing and wiring only; the work is in `fairseq_heads.report.lm_report`.
+"""
+import argparse
+import os
+
+
+def add_result_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..report.lm_report import MODEL_KINDS
+
+    parser.add_argument("data", metavar="DATA_BIN", help="the LM's data-bin")
+    parser.add_argument("--path", required=True, metavar="CHECKPOINT", help="a (pruned) language model")
+    parser.add_argument("--out", required=True, metavar="RESULT.json", help="written atomically")
+    parser.add_argument("--name", required=True, help="model name in the tables")
+    parser.add_argument("--kind", required=True, choices=MODEL_KINDS)
+    parser.add_argument("--subset", default="test", help="subset scored (default: %(default)s)")
+    parser.add_argument("--l0-lambda", type=float, default=None)
+    parser.add_argument("--from-model", default=None, metavar="NAME",
+                        help="for from_scratch: the model whose pruned layout was trained")
+    parser.add_argument("--results-dir", default=None, metavar="DIR",
+                        help="paths in the file are relative to this folder (default: RESULTS for "
+                             "--out RESULTS/results/NAME/result.json, else --out's folder)")
+
+
+def run_result(args) -> int:
+    from ..atomic import check_output_file
+    from ..compat import check_checkpoint_file
+    from ..report.lm_report import lm_model_result, write_lm_result
+
+    check_checkpoint_file(args.path)
+    check_output_file(args.out, "--out")
+    if not os.path.isdir(args.data):
+        raise FileNotFoundError(f"data directory not found: {args.data}")
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    results_dir = args.results_dir or (os.path.dirname(os.path.dirname(out_dir))
+                                       if os.path.basename(os.path.dirname(out_dir)) == "results" else out_dir)
+    result = lm_model_result(args.name, args.kind, args.path, args.data, args.subset, results_dir,
+                             l0_lambda=args.l0_lambda, from_model=args.from_model)
+    write_lm_result(result, args.out)
+    print(f"{args.name}: perplexity {result['perplexity']:.2f} ({args.subset})  heads kept "
+          f"{result['heads_kept']}/{result['heads_total']}; wrote {args.out}")
+    return 0
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results_dir", metavar="RESULTS_DIR", help="the LM recipe's results folder")
+    parser.add_argument("--out-dir", default=None, metavar="DIR",
+                        help="where tables.md and figures/ go (default: RESULTS_DIR)")
+
+
+def run_report(args) -> int:
+    from ..report.lm_report import build_lm_report
+
+    if not os.path.isdir(args.results_dir):
+        raise FileNotFoundError(f"results folder not found: {args.results_dir}")
+    for path in build_lm_report(args.results_dir, args.out_dir):
+        print(path)
+    return 0

@@ -1,0 +1,297 @@
+"""The language-model recipe's result files and tables (recipes/lm_english).
+
+A model's result file (`fairseq-heads lm-result`), paths relative to the results folder:
+
+    {"name": "l0_0.01", "kind": "baseline" | "l0" | "from_scratch", "l0_lambda": 0.01,
+     "from_model": null, "checkpoint": "models/l0_0.01/pruned.pt", "subset": "test",
+     "perplexity": 123.4, "updates": 2300, "parameters": 5123456,
+     "kept": [[0, 3, 5], [1, 2], ...],     # per layer, original indices of the dec-self heads left
+     "heads_kept": 17, "heads_total": 24}
+
+`tables.md` answers the questions of the LM issue from those files, the baseline's
+`stats/baseline/heads.json` (functions, agreement) and the Michel curves (`curves/<metric>/curve.csv`).
+"""
+import csv
+import json
+import math
+import os
+from typing import Dict, List, Optional, Sequence
+
+from ..atomic import write_text_atomic
+
+FUNCTIONS = ("previous-token", "induction", "duplicate-token", "positional", "rare")
+MODEL_KINDS = ("baseline", "l0", "from_scratch")
+
+
+class LMReportError(ValueError):
+    pass
+
+
+# ---------------------------------------------------------------- one model's result
+
+
+def lm_model_result(name: str, kind: str, checkpoint: str, data_bin: str, subset: str,
+                    results_dir: str, l0_lambda: Optional[float] = None,
+                    from_model: Optional[str] = None, batch_size: int = 16) -> Dict[str, object]:
+    """Perplexity of `checkpoint` on `subset` (teacher-forced blocks, as fairseq-eval-lm) and the
+    dec-self heads it has (a pruned checkpoint's layout, else all of them)."""
+    from fairseq import checkpoint_utils
+
+    from ..compat import patch_fairseq_checkpoint_loading
+    from ..pruning.curve import is_language_model, perplexity
+    from ..gate_table import model_args
+    from ..pruning.physical import head_layout
+
+    if kind not in MODEL_KINDS:
+        raise LMReportError(f"--kind: {kind!r} is not one of {', '.join(MODEL_KINDS)}")
+    patch_fairseq_checkpoint_loading()
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint],
+                                                                    arg_overrides={"data": data_bin})
+    model = models[0]
+    if not is_language_model(model):
+        raise LMReportError(f"{checkpoint}: not a decoder-only language model")
+    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
+    layout = head_layout(model)["dec-self"]
+    total_per_layer = int(model_args(state).decoder_attention_heads)  # before any pruning
+    value = perplexity(model, task, subset, batch_size)
+    return {
+        "name": name, "kind": kind, "l0_lambda": l0_lambda, "from_model": from_model,
+        "checkpoint": os.path.relpath(os.path.abspath(checkpoint), os.path.abspath(results_dir)),
+        "subset": subset, "perplexity": value,
+        "updates": (state.get("optimizer_history") or [{}])[-1].get("num_updates"),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "kept": layout, "heads_kept": sum(len(row) for row in layout),
+        "heads_total": len(layout) * int(total_per_layer),
+    }
+
+
+def write_lm_result(result: Dict[str, object], path: str) -> None:
+    write_text_atomic(path, json.dumps(result, indent=1) + "\n")
+
+
+# ---------------------------------------------------------------- reading a results folder
+
+
+def read_results(results_dir: str) -> List[Dict[str, object]]:
+    folder = os.path.join(results_dir, "results")
+    if not os.path.isdir(folder):
+        raise LMReportError(f"{folder}: no results/ folder (run the recipe first)")
+    out = []
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name, "result.json")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                try:
+                    out.append(json.load(f))
+                except json.JSONDecodeError as error:
+                    raise LMReportError(f"{path}: not valid JSON ({error})") from None
+    if not any(r["kind"] == "baseline" for r in out):
+        raise LMReportError(f"{folder}: no baseline result")
+    return out
+
+
+def read_heads(stats_dir: str):
+    path = os.path.join(stats_dir, "heads.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def read_curve(path: str) -> List[Dict[str, float]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return [{"heads_kept": int(r["heads_kept"]), "perplexity": float(r["perplexity"])}
+                for r in csv.DictReader(f)]
+
+
+def head_functions(heads_doc) -> Dict[tuple, List[str]]:
+    """{(layer, head): [function, ...]} of the baseline's dec-self heads ("positional(-1)" ->
+    "positional")."""
+    out = {}
+    for row in heads_doc["heads"]:
+        if row["type"] == "dec-self":
+            out[(row["layer"], row["head"])] = sorted({label.split("(")[0] for label in row["labels"] or []})
+    return out
+
+
+def most_removable(points: Sequence[Dict[str, float]], baseline: float, tolerance: float) -> int:
+    """The most heads removed at any point of a curve with perplexity <= baseline * (1 + tolerance)."""
+    total = max(p["heads_kept"] for p in points)
+    ok = [total - p["heads_kept"] for p in points if p["perplexity"] <= baseline * (1 + tolerance)]
+    return max(ok) if ok else 0
+
+
+# ---------------------------------------------------------------- tables
+
+
+def _fmt(value, digits=2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.{digits}f}"
+
+
+def _interval(cell) -> str:
+    if not cell:
+        return "–"
+    return f"{_fmt(cell['estimate'])} [{_fmt(cell['ci_low'])}, {_fmt(cell['ci_high'])}]"
+
+
+def build_lm_tables(results_dir: str) -> str:
+    results = read_results(results_dir)
+    baseline = next(r for r in results if r["kind"] == "baseline")
+    base_ppl = float(baseline["perplexity"])
+    heads_doc = read_heads(os.path.join(results_dir, "stats", "baseline"))
+    functions = head_functions(heads_doc) if heads_doc else {}
+    lines = [f"# Language-model heads: {os.path.basename(os.path.abspath(results_dir))}", ""]
+
+    lines += ["## 1. Baseline", "",
+              "| model | perplexity (" + str(baseline["subset"]) + ") | parameters | heads | updates |",
+              "|---|---|---|---|---|",
+              f"| baseline | {_fmt(base_ppl)} | {baseline['parameters']:,} | {baseline['heads_total']} | "
+              f"{baseline['updates']} |", ""]
+    if heads_doc:
+        counts = {f: sum(f in fs for fs in functions.values()) for f in FUNCTIONS}
+        none = sum(not fs for fs in functions.values())
+        lines += ["Head functions of the baseline (thresholds in `heads.json` meta; docs/metrics.md):", "",
+                  "| " + " | ".join(FUNCTIONS) + " | none |", "|" + "---|" * (len(FUNCTIONS) + 1),
+                  "| " + " | ".join(str(counts[f]) for f in FUNCTIONS) + f" | {none} |", ""]
+        induction = heads_doc["meta"].get("induction")
+        if induction:
+            lines += [f"In-context loss drop on repeated random probes (nats/token, 95% CI): "
+                      f"{_interval(induction['loss_drop'].get('all'))}; per length: "
+                      + ", ".join(f"L={k}: {_interval(v)}" for k, v in induction["loss_drop"].items() if k != "all"),
+                      ""]
+        best = sorted(heads_doc["heads"], key=lambda r: -(r.get("previous_token_mass") or 0))[:3]
+        if best and "previous_token_mass" in best[0]:
+            lines += ["Strongest heads per function (estimate [95% CI]):", "",
+                      "| head | previous-token mass | induction | duplicate-token mass | labels |",
+                      "|---|---|---|---|---|"]
+            by_induction = sorted(heads_doc["heads"], key=lambda r: -(r.get("induction") or 0))[:3]
+            for row in list(dict.fromkeys([(r["layer"], r["head"]) for r in best + by_induction])):
+                r = next(x for x in heads_doc["heads"] if (x["layer"], x["head"]) == row)
+                lines.append(
+                    f"| L{r['layer']}H{r['head']} | {_fmt(r.get('previous_token_mass'))} "
+                    f"[{_fmt(r.get('previous_token_mass_ci_low'))}, {_fmt(r.get('previous_token_mass_ci_high'))}] | "
+                    f"{_fmt(r.get('induction'))} [{_fmt(r.get('induction_ci_low'))}, {_fmt(r.get('induction_ci_high'))}] | "
+                    f"{_fmt(r.get('duplicate_token_mass'))} | {', '.join(r.get('labels') or []) or '–'} |")
+            lines.append("")
+
+    l0 = sorted((r for r in results if r["kind"] == "l0"), key=lambda r: r["l0_lambda"])
+    if l0:
+        lines += ["## 2. L0 sweep: heads kept, perplexity, surviving functions", "",
+                  "| λ | heads kept | perplexity | Δ vs baseline | " + " | ".join(f"{f} kept" for f in FUNCTIONS)
+                  + " | none kept |", "|" + "---|" * (5 + len(FUNCTIONS))]
+        for r in l0:
+            kept = {(layer, head) for layer, row in enumerate(r["kept"]) for head in row}
+            cells = []
+            for f in FUNCTIONS + ("none",):
+                members = [k for k, fs in functions.items() if (f in fs if f != "none" else not fs)]
+                cells.append(f"{sum(k in kept for k in members)}/{len(members)}" if members else "–")
+            lines.append(f"| {r['l0_lambda']:g} | {r['heads_kept']}/{r['heads_total']} | {_fmt(r['perplexity'])} | "
+                         f"{100 * (r['perplexity'] / base_ppl - 1):+.1f}% | " + " | ".join(cells) + " |")
+        lines.append("")
+
+    curves = read_curves(results_dir)
+    if curves or l0:
+        lines += ["## 3. How many heads can go (Michel-style removal by each metric, no fine-tuning; L0 with fine-tuning)", "",
+                  "| method | heads removable at ≤ +2% perplexity | at ≤ +5% | points |", "|---|---|---|---|"]
+        for metric, points in curves.items():
+            lines.append(f"| {metric} | {most_removable(points, base_ppl, 0.02)} | {most_removable(points, base_ppl, 0.05)} | "
+                         + ", ".join(f"{p['heads_kept']}:{_fmt(p['perplexity'], 1)}" for p in points) + " |")
+        if l0:
+            points = [{"heads_kept": r["heads_kept"], "perplexity": r["perplexity"]} for r in l0]
+            points.append({"heads_kept": baseline["heads_total"], "perplexity": base_ppl})
+            lines.append(f"| L0 | {most_removable(points, base_ppl, 0.02)} | {most_removable(points, base_ppl, 0.05)} | "
+                         + ", ".join(f"{p['heads_kept']}:{_fmt(p['perplexity'], 1)}" for p in points[:-1]) + " |")
+        lines.append("")
+
+    agreement_path = os.path.join(results_dir, "stats", "baseline", "agreement.json")
+    if os.path.isfile(agreement_path):
+        with open(agreement_path, encoding="utf-8") as f:
+            agreement = json.load(f).get("dec-self", {})
+        if agreement:
+            lines += ["## 4. Do the importance metrics agree? (Spearman over heads, 95% bootstrap CI)", "",
+                      "| pair | Spearman |", "|---|---|"]
+            for pair, cell in agreement.items():
+                lines.append(f"| {pair} | {_fmt(cell['spearman'])} [{_fmt(cell['ci_low'])}, {_fmt(cell['ci_high'])}] |")
+            lines.append("")
+
+    induction_rows = []
+    for r in l0:
+        doc = read_heads(os.path.join(results_dir, "stats", r["name"]))
+        if doc and doc["meta"].get("induction"):
+            induction_rows.append((r, doc["meta"]["induction"]["loss_drop"].get("all")))
+    if induction_rows and heads_doc and heads_doc["meta"].get("induction"):
+        lines += ["## 5. In-context learning as heads go (loss drop on repeated random probes, nats/token)", "",
+                  "| model | heads kept | loss drop [95% CI] |", "|---|---|---|",
+                  f"| baseline | {baseline['heads_total']} | {_interval(heads_doc['meta']['induction']['loss_drop'].get('all'))} |"]
+        for r, cell in induction_rows:
+            lines.append(f"| λ={r['l0_lambda']:g} | {r['heads_kept']} | {_interval(cell)} |")
+        lines.append("")
+
+    scratch = [r for r in results if r["kind"] == "from_scratch"]
+    if scratch:
+        lines += ["## 6. The same layout from scratch vs pruned from the trained model", "",
+                  "| layout of | heads | from trained (ppl, updates) | from scratch (ppl, updates) |", "|---|---|---|---|"]
+        for s in scratch:
+            trained = next((r for r in l0 if r["name"] == s["from_model"]), None)
+            lines.append(f"| {s['from_model']} | {s['heads_kept']} | "
+                         f"{_fmt(trained['perplexity']) if trained else '–'} ({trained['updates'] if trained else '–'}) | "
+                         f"{_fmt(s['perplexity'])} ({s['updates']}) |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def read_curves(results_dir: str) -> Dict[str, List[Dict[str, float]]]:
+    """{metric: points} from RESULTS/curves/<metric>/curve.csv."""
+    curve_dir = os.path.join(results_dir, "curves")
+    names = sorted(os.listdir(curve_dir)) if os.path.isdir(curve_dir) else []
+    return {name: read_curve(os.path.join(curve_dir, name, "curve.csv")) for name in names
+            if os.path.isfile(os.path.join(curve_dir, name, "curve.csv"))}
+
+
+def draw_lm_figure(curves, l0, path: str) -> None:
+    """Perplexity against heads kept: each metric's curve and the L0 models."""
+    import logging
+
+    import matplotlib
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    l0 = sorted(l0, key=lambda r: r["heads_kept"])
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for metric, points in curves.items():
+        axes.plot([p["heads_kept"] for p in points], [p["perplexity"] for p in points], "o-", label=f"remove by {metric}")
+    if l0:
+        axes.plot([r["heads_kept"] for r in l0], [r["perplexity"] for r in l0], "ks--", label="L0 (fine-tuned)")
+    axes.set_xlabel("heads kept")
+    axes.set_ylabel("perplexity")
+    axes.invert_xaxis()
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return True
+
+
+def build_lm_report(results_dir: str, out_dir: Optional[str] = None) -> List[str]:
+    from ..atomic import atomic_path
+
+    out_dir = out_dir or results_dir
+    os.makedirs(os.path.join(out_dir, "figures"), exist_ok=True)
+    written = []
+    tables = build_lm_tables(results_dir)
+    path = os.path.join(out_dir, "tables.md")
+    write_text_atomic(path, tables)
+    written.append(path)
+    curves = read_curves(results_dir)
+    l0 = [r for r in read_results(results_dir) if r["kind"] == "l0"]
+    if curves or l0:
+        figure = os.path.join(out_dir, "figures", "perplexity_vs_heads.png")
+        with atomic_path(figure) as tmp:
+            draw_lm_figure(curves, l0, tmp)
+        written.append(figure)
+    return written

@@ -1,0 +1,117 @@
+"""Decoder-only head functions on hand-built causal attention with known scores."""
+import math
+
+import torch
+
+from fairseq_heads.analysis.duplicate_token import DuplicateTokenAccumulator
+from fairseq_heads.analysis.induction import (
+    InductionAccumulator,
+    in_context_loss_drop,
+    induction_sums,
+    repeated_random_probes,
+    uniform_induction_score,
+)
+from fairseq_heads.analysis.previous_token import PreviousTokenAccumulator
+from fairseq_heads.analysis.rare import PrefixRareWordAccumulator
+
+
+def uniform_causal(batch: int, heads: int, t: int) -> torch.Tensor:
+    # float64, so closed forms can be compared to 1e-12
+    attn = torch.ones(t, t, dtype=torch.float64).tril()
+    return (attn / attn.sum(-1, keepdim=True)).expand(batch, heads, t, t).clone()
+
+
+def previous_token_pattern(batch: int, t: int) -> torch.Tensor:
+    attn = torch.zeros(batch, 1, t, t)
+    attn[:, 0, 0, 0] = 1.0
+    for q in range(1, t):
+        attn[:, 0, q, q - 1] = 1.0
+    return attn
+
+
+def test_previous_token_pattern_scores_one_and_uniform_its_closed_form():
+    t = 7
+    mask = torch.ones(2, t, dtype=torch.bool)
+    mask[1, :2] = False  # left padding: its first real token is not a query
+    acc = PreviousTokenAccumulator((2,), replicates=10)
+    attn = torch.cat([previous_token_pattern(2, t).double(), uniform_causal(2, 1, t)], dim=1)
+    acc.update(attn, mask)
+    mass, share = acc.finalize()
+    assert mass.estimate[0].item() == 1.0 and share.estimate[0].item() == 1.0
+    # uniform causal attention puts 1/(q+1) on q-1 (it spreads over sentence 1's left padding too)
+    expected = [1.0 / (q + 1) for q in range(1, t)] + [1.0 / (q + 1) for q in range(3, t)]
+    assert math.isclose(mass.estimate[1].item(), sum(expected) / len(expected), rel_tol=1e-12)
+    assert mass.count[0].item() == (t - 1) + (t - 3)
+
+
+def test_duplicate_token_mass_and_chance():
+    tokens = torch.tensor([[5, 6, 5, 7, 6, 5]])
+    mask = torch.ones_like(tokens, dtype=torch.bool)
+    t = tokens.shape[1]
+    copies = torch.zeros(1, 1, t, t, dtype=torch.float64)
+    for q in range(t):
+        earlier = [k for k in range(q) if tokens[0, k] == tokens[0, q]]
+        for k in earlier or [q]:
+            copies[0, 0, q, k] = 1.0 / max(len(earlier), 1)
+    acc = DuplicateTokenAccumulator((2,), replicates=10)
+    acc.update(torch.cat([copies, uniform_causal(1, 1, t)], dim=1), tokens, mask)
+    mass, chance = acc.finalize()
+    assert mass.estimate[0].item() == 1.0
+    # queries with an earlier copy: q=2 (1 of 3 keys), q=4 (1 of 5), q=5 (2 of 6)
+    closed_form = (1 / 3 + 1 / 5 + 2 / 6) / 3
+    assert math.isclose(mass.estimate[1].item(), closed_form, rel_tol=1e-12)
+    assert math.isclose(chance.estimate[0].item(), closed_form, rel_tol=1e-12)
+    assert mass.count[0].item() == 3
+
+
+def induction_pattern(length: int, count: int) -> torch.Tensor:
+    t = 1 + 2 * length
+    attn = torch.zeros(count, 1, t, t)
+    for p in range(t):
+        attn[:, 0, p, p - length + 1 if p > length else max(p - 1, 0)] = 1.0
+    return attn
+
+
+def test_induction_pattern_scores_one_and_uniform_its_closed_form():
+    for length in (4, 16):
+        total, count = induction_sums(induction_pattern(length, 3), length)
+        assert torch.equal(total / count, torch.ones(3, 1, dtype=torch.float64))
+        total, count = induction_sums(uniform_causal(3, 1, 1 + 2 * length), length)
+        assert torch.allclose(total / count, torch.full((3, 1), uniform_induction_score(length),
+                                                        dtype=torch.float64), rtol=1e-12, atol=0)
+
+
+def test_loss_drop_of_a_perfect_copier_is_log_vocabulary():
+    vocabulary = torch.arange(4, 24)
+    probes = repeated_random_probes(vocabulary, 8, 5, start_token=2, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(probes[:, 1:9], probes[:, 9:])
+    v, t = 24, probes.shape[1]
+    lprobs = torch.full((5, t, v), -math.log(len(vocabulary)), dtype=torch.float64)
+    lprobs[..., :4] = float("-inf")
+    for p in range(9, t - 1):  # second copy: the next token is known from the first copy
+        lprobs[:, p] = float("-inf")
+        lprobs[torch.arange(5), p, probes[:, p + 1]] = 0.0
+    drop = in_context_loss_drop(lprobs, probes, 8)
+    assert torch.allclose(drop, torch.full((5,), math.log(len(vocabulary)), dtype=torch.float64))
+    acc = InductionAccumulator((1,), lengths=(8,), replicates=10)
+    acc.update(induction_pattern(8, 5), lprobs, probes, 8)
+    scores, loss_drop = acc.finalize()["all"]
+    assert scores.estimate.item() == 1.0
+    assert math.isclose(loss_drop.estimate.item(), math.log(20), rel_tol=1e-12)
+
+
+def test_prefix_rare_head_scores_one():
+    freq = torch.tensor([[50.0, 7.0, 30.0, 3.0, 40.0, 9.0]])
+    mask = torch.ones(1, 6, dtype=torch.bool)
+    rarest_so_far = torch.zeros(1, 1, 6, 6, dtype=torch.float64)
+    for q in range(6):
+        rarest_so_far[0, 0, q, int(freq[0, :q + 1].argmin())] = 1.0
+    acc = PrefixRareWordAccumulator((2,), replicates=10)
+    acc.update(torch.cat([rarest_so_far, uniform_causal(1, 1, 6)], dim=1), mask, freq)
+    result = acc.finalize()
+    assert result.rarest.estimate[0].item() == 1.0
+    # queries with >= 2 prefix tokens: q = 1..5; uniform attention's argmax (ties: earliest) is
+    # position 0, the rarest of no prefix beyond q = 0, so it never hits
+    assert result.rarest.estimate[1].item() == 0.0
+    assert math.isclose(result.chance_rarest.estimate.item(), sum(1 / (q + 1) for q in range(1, 6)) / 5,
+                        rel_tol=1e-12)

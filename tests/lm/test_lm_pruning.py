@@ -1,0 +1,117 @@
+"""Decoder-only LMs: gates open == plain, masked == physically pruned, fairseq-eval-lm and the curve."""
+import csv
+import re
+
+import pytest
+import torch
+from fairseq import checkpoint_utils
+
+from core.helpers import USER_DIR, run_cli
+from fairseq_heads.compat import patch_fairseq_checkpoint_loading
+from fairseq_heads.head_masks import apply_head_mask
+from fairseq_heads.models.gated_transformer import iter_gates
+from fairseq_heads.pruning.checkpoint import as_gated_transformer, build_model_from_state, checkpoint_model_options
+
+KEEP = {"dec-self": [[1, 0, 0, 1], [0, 1, 1, 1]]}
+
+
+def load(path):
+    patch_fairseq_checkpoint_loading()
+    [model], _ = checkpoint_utils.load_model_ensemble([str(path)])
+    return model.eval()
+
+
+def tokens(model, seed=0, batch=3, length=20):
+    g = torch.Generator().manual_seed(seed)
+    vocab = len(model.decoder.dictionary)
+    out = torch.randint(4, vocab, (batch, length), generator=g)
+    out[:, 0] = model.decoder.dictionary.eos()
+    return out
+
+
+def full_lprobs(model, x):
+    with torch.no_grad():
+        return model.get_normalized_probs(model(x), log_probs=True)
+
+
+def incremental_lprobs(model, x):
+    state, steps = {}, []
+    with torch.no_grad():
+        for t in range(x.size(1)):
+            steps.append(model.get_normalized_probs(model.decoder(x[:, : t + 1], incremental_state=state),
+                                                    log_probs=True))
+    return torch.cat(steps, dim=1)
+
+
+def greedy(model, x, steps=12):
+    with torch.no_grad():
+        for _ in range(steps):
+            x = torch.cat([x, model(x)[0][:, -1].argmax(-1, keepdim=True)], dim=1)
+    return x
+
+
+def gated_copy(path):
+    """The plain LM of `path` turned into a gated_transformer_lm in-process (gates open)."""
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    args = checkpoint_model_options(state)
+    return as_gated_transformer(build_model_from_state(state, args), args).eval()
+
+
+def test_open_gates_equal_plain_lm_full_and_incremental(plain_lm):
+    plain, gated = load(plain_lm), gated_copy(plain_lm)
+    assert sum(g.num_gates for _, _, g in iter_gates(gated)) == 8
+    x = tokens(plain)
+    # Full sequences: open gates multiply every head output by exactly 1.0 on the same fused
+    # attention kernel, so the log-probabilities are bit-identical.
+    assert torch.equal(full_lprobs(gated, x), full_lprobs(plain, x))
+    # Incremental decoding: plain fairseq computes attention in Python there, the gated block
+    # with torch's kernel: the same sums in another order, float32 rounding (eps 1.2e-7) on
+    # O(10)-sized log-probabilities through 2 layers stays far below 1e-5.
+    assert (incremental_lprobs(gated, x) - incremental_lprobs(plain, x)).abs().max() <= 1e-5
+
+
+def test_masked_lm_equals_pruned_lm_and_eval_lm_loads_it(plain_lm, lm_data_bin, tmp_path):
+    mask_path = tmp_path / "keep.json"
+    mask_path.write_text('{"dec-self": [[1, 0, 0, 1], [0, 1, 1, 1]]}\n')
+    heads = tmp_path / "heads.csv"
+    with open(heads, "w", newline="") as f:  # scores that keep exactly the heads of KEEP
+        writer = csv.writer(f)
+        writer.writerow(["type", "layer", "head", "lrp"])
+        for layer, row in enumerate(KEEP["dec-self"]):
+            for head, keep in enumerate(row):
+                writer.writerow(["dec-self", layer, head, 1.0 + keep])
+    pruned = tmp_path / "pruned.pt"
+    process = run_cli(["fairseq-heads", "prune", "--path", str(plain_lm), "--out", str(pruned),
+                       "--from-importance", str(heads), "--metric", "lrp", "--keep", "5"])
+    assert process.returncode == 0, process.stderr[-2000:]
+    assert "dec-self: 5/8" in process.stdout
+
+    masked = apply_head_mask(load(plain_lm), {"dec-self": torch.tensor(KEEP["dec-self"], dtype=torch.bool)})
+    small = load(pruned)
+    assert [layer.self_attn.num_heads for layer in small.decoder.layers] == [2, 3]
+    x = tokens(small, seed=1)
+    # Pruning removes exactly the slices the mask zeroes; the remaining matmuls sum fewer zero
+    # terms, which can change float32 rounding by a few ulps of the logits.
+    assert (full_lprobs(small, x) - full_lprobs(masked, x)).abs().max() <= 1e-5
+    assert (incremental_lprobs(small, x) - full_lprobs(masked, x)).abs().max() <= 1e-5
+    assert torch.equal(greedy(small, x[:, :5]), greedy(masked, x[:, :5]))
+
+    scores = {}
+    for name, checkpoint in (("plain", plain_lm), ("pruned", pruned)):
+        process = run_cli(["fairseq-eval-lm", str(lm_data_bin), "--path", str(checkpoint),
+                           "--user-dir", USER_DIR, "--gen-subset", "valid", "--cpu",
+                           "--tokens-per-sample", "64", "--max-tokens", "1024", "--num-workers", "0"])
+        assert process.returncode == 0, process.stderr[-2000:]
+        scores[name] = float(re.search(r"Perplexity: ([0-9.]+)", process.stdout + process.stderr).group(1))
+    assert scores["pruned"] != scores["plain"]
+
+    # the curve's perplexity at 0 heads removed is fairseq-eval-lm's
+    curve = tmp_path / "curve.csv"
+    process = run_cli(["fairseq-heads", "curve", str(lm_data_bin), "--path", str(plain_lm),
+                       "--scores", str(heads), "--metric", "lrp", "--steps", "0,3",
+                       "--gen-subset", "valid", "--out", str(curve)])
+    assert process.returncode == 0, process.stderr[-2000:]
+    rows = list(csv.DictReader(open(curve)))
+    assert [int(r["heads_kept"]) for r in rows] == [8, 5]
+    assert float(rows[0]["perplexity"]) == pytest.approx(scores["plain"], abs=0.01)
+    assert float(rows[1]["perplexity"]) == pytest.approx(scores["pruned"], abs=0.01)
