@@ -16,7 +16,7 @@
 #
 # Environment: RESULTS, DATA (default ../shared/data), CORPUS (gutenberg|wikitext2), REPEAT_SPANS,
 # SCALE (cpu|toy), BASELINE, BASELINE_UPDATES, FINETUNE_UPDATES, LAMBDAS, SCRATCH_LAMBDAS,
-# CURVE_METRICS, CURVE_STEPS, THREADS (default 2).
+# CURVE_METRICS, CURVE_STEPS, GATE_LR_SCALE, THREADS (default 2).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -67,15 +67,16 @@ cpu)
     --share-decoder-input-output-embed"
   BLOCK_ARGS="--tokens-per-sample 256 --sample-break-mode none --max-tokens 4096"
   BASELINE_UPDATES=${BASELINE_UPDATES:-2000}
-  FINETUNE_UPDATES=${FINETUNE_UPDATES:-150}
+  FINETUNE_UPDATES=${FINETUNE_UPDATES:-100}
   BASELINE_LR="--lr 1e-3 --lr-scheduler inverse_sqrt --warmup-updates 200 --warmup-init-lr 1e-7"
-  # gates move ~lr x scale = 0.03 in log-alpha per update (Adam): 150 updates take an open gate
-  # (log-alpha 3) to closed (< -2.4) only where the penalty keeps winning
+  # Adam moves a gate by up to lr x scale = 0.1 in log-alpha per update: within 100 updates an
+  # open gate (log-alpha 3) can reach closed (< -2.4) where the penalty keeps winning; at 0.03
+  # per update (scale 300, tried first) no gate could close in 150 updates whatever the lambda
   FINETUNE_LR=1e-4
-  GATE_LR_SCALE=300
+  GATE_LR_SCALE=${GATE_LR_SCALE:-1000}
   LAMBDAS=${LAMBDAS-0.005 0.02 0.08}
   SCRATCH_LAMBDAS=${SCRATCH_LAMBDAS-}
-  CURVE_STEPS=${CURVE_STEPS:-0,6,12,18,22,24}
+  CURVE_STEPS=${CURVE_STEPS:-0,8,16,24}
   STATS_ARGS=""
   GATE_TRACE_INTERVAL=25
   ;;
