@@ -161,12 +161,15 @@ run_step stats "$RESULTS/stats/baseline" "$STATS_ARGS" step_stats "$RESULTS/mode
 
 for lambda in $LAMBDAS; do
   name=l0_$lambda
-  run_step "$name" "$RESULTS/models/$name" "$SIZE_ARGS $TRAIN_ARGS $FINETUNE_UPDATES $FINETUNE_LR $GATE_LR_SCALE $GATE_TRACE_INTERVAL" \
-    step_l0 "$lambda"
-  run_step "result_$name" "$RESULTS/results/$name" "test" \
+  # the steps after a model are keyed by the model's settings too: a redone model redoes them
+  model_key="$SIZE_ARGS $TRAIN_ARGS $FINETUNE_UPDATES $FINETUNE_LR $GATE_LR_SCALE $GATE_TRACE_INTERVAL"
+  run_step "$name" "$RESULTS/models/$name" "$model_key" step_l0 "$lambda"
+  run_step "result_$name" "$RESULTS/results/$name" "test $model_key" \
     step_result "$name" "$RESULTS/models/$name/pruned.pt" l0 "$lambda" ""
-  run_step "stats_$name" "$RESULTS/stats/$name" "$STATS_ARGS" \
-    step_stats "$RESULTS/models/$name/pruned.pt" "confidence,positional,previous_token,duplicate_token,induction"
+  # the gated checkpoint computes what pruned.pt does (closed gates are 0) and keeps every layer's
+  # 8 rows, which the heads table needs (stats refuses layers with different head counts)
+  run_step "stats_$name" "$RESULTS/stats/$name" "$STATS_ARGS $model_key" \
+    step_stats "$RESULTS/models/$name/checkpoint.pt" "confidence,positional,previous_token,duplicate_token,induction"
   case " $SCRATCH_LAMBDAS " in *" $lambda "*) ;; *) continue ;; esac
   run_step "scratch_$name" "$RESULTS/models/scratch_$name" "$SIZE_ARGS $TRAIN_ARGS $BASELINE_LR $BASELINE_UPDATES $FINETUNE_UPDATES" \
     step_scratch "$name"
