@@ -256,6 +256,7 @@ def prepare_lm(config: LMCorpusConfig) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     settings = asdict(config)
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in settings.items() if k not in ("work_dir", "workers")}
+    settings = json.loads(json.dumps(settings))  # as the marker reads back (tuples become lists)
     steps = (
         ("text", root / "text", lambda tmp: build_text(config, tmp)),
         ("spm", root / "spm", None),

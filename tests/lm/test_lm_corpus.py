@@ -1,0 +1,40 @@
+"""prepare-lm: documents split whole (never by line), the repeated-span setting, re-runs skip."""
+import gzip
+import json
+
+from fairseq_heads.data.lm_corpus import LMCorpusConfig, prepare_lm, repeat_windows
+
+
+def book(words: str, paragraphs: int) -> bytes:
+    text = "\n\n".join(f"{words} {i} line one\nand line two." for i in range(paragraphs))
+    return gzip.compress(text.encode("utf-8"))
+
+
+def test_books_go_whole_to_one_split_and_a_rerun_skips(tmp_path):
+    source = tmp_path / "books"
+    source.mkdir()
+    for name, words in (("pg84", "frankenstein"), ("pg1661", "holmes"), ("pg1", "alpha"), ("pg2", "beta")):
+        (source / f"{name}.txt.gz").write_bytes(book(words, 30))
+    config = LMCorpusConfig(work_dir=tmp_path / "work", corpus="gutenberg", source_dir=source, vocab_size=60)
+    data_bin = prepare_lm(config)
+    report = json.loads((tmp_path / "work" / "text" / "report.json").read_text())
+    assert {s: v["documents"] for s, v in report["splits"].items()} == \
+        {"train": ["pg1", "pg2"], "valid": ["pg84"], "test": ["pg1661"]}
+    valid = (tmp_path / "work" / "text" / "valid.txt").read_text().splitlines()
+    # paragraphs are one line each (the book's line breaks joined); the document ends with a break
+    assert valid[0] == "frankenstein 0 line one and line two." and valid[-1] == ""
+    assert "holmes" not in (tmp_path / "work" / "text" / "train.txt").read_text()
+    assert (data_bin / "train.bin").is_file() and (data_bin / "dict.txt").is_file()
+    markers = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "work" / ".done").iterdir()}
+    prepare_lm(config)
+    assert markers == {p.name: p.stat().st_mtime_ns for p in (tmp_path / "work" / ".done").iterdir()}
+
+
+def test_repeated_spans_write_windows_twice():
+    import random
+
+    words = " ".join(f"w{i}" for i in range(100))
+    once = repeat_windows(words, random.Random(0), prob=0.0)
+    twice = repeat_windows(words, random.Random(0), prob=1.0)
+    assert once == words
+    assert len(twice.split()) == 200 and sorted(twice.split()) == sorted(words.split() * 2)
