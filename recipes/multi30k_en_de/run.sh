@@ -3,7 +3,7 @@
 # attention and d=128 (the size of the shared baseline). See recipes/README.md.
 #
 #   recipes/multi30k_en_de/run.sh                      # trains the baseline itself (~1.5 h), then the rest
-#   BASELINE=/work/shared/models/multi30k_en_de_6x8 recipes/multi30k_en_de/run.sh   # reuses that model
+#   BASELINE=../shared/models/multi30k_en_de_6x8 recipes/multi30k_en_de/run.sh   # reuses that model
 #   SCALE=toy recipes/multi30k_en_de/run.sh            # the whole pipeline on the toy corpus (minutes)
 #
 # Environment: RESULTS (default work/recipes/multi30k_en_de[_toy]), DATA (default ../shared/data),
