@@ -14,13 +14,13 @@ Bootstrap unit: the sentence / block.
 """
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from typing import Tuple
 
 import torch
 
 from ._batch import AttentionInput, check_shapes, expand_mask, per_layer
 from .previous_token import causal_key_mask
-from .streaming import DEFAULT_REPLICATES, DEFAULT_SEED, RatioAccumulator, RatioEstimate
+from .streaming import PairedRatioAccumulator
 
 DUPLICATE_TOKEN_THRESHOLD = 0.5
 
@@ -49,20 +49,8 @@ def duplicate_token_sums(attn: torch.Tensor, tokens: torch.Tensor, token_mask: t
     return mass, chance, count
 
 
-class DuplicateTokenAccumulator:
+class DuplicateTokenAccumulator(PairedRatioAccumulator):
     """Streams :func:`duplicate_token_sums`; finalize gives (mass, chance) of head_shape."""
 
-    def __init__(self, head_shape: Sequence[int], replicates: int = DEFAULT_REPLICATES,
-                 seed: int = DEFAULT_SEED):
-        self.ratio = RatioAccumulator(tuple(head_shape) + (2,), replicates=replicates, seed=seed)
-
     def update(self, attn: AttentionInput, tokens: torch.Tensor, token_mask: torch.Tensor) -> None:
-        mass, chance, count = per_layer(duplicate_token_sums, attn, tokens, token_mask)
-        self.ratio.update(torch.stack([mass, chance], -1), torch.stack([count, count], -1))
-
-    def finalize(self) -> Tuple[RatioEstimate, RatioEstimate]:
-        result = self.ratio.finalize()
-        return tuple(RatioEstimate(*(t[..., i] for t in result)) for i in range(2))
-
-    def replicate_estimates(self) -> torch.Tensor:
-        return self.ratio.replicate_estimates()[..., 0]
+        self.update_pair(*per_layer(duplicate_token_sums, attn, tokens, token_mask))

@@ -17,12 +17,12 @@ Bootstrap unit: the sentence / block.
 """
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from typing import Tuple
 
 import torch
 
 from ._batch import AttentionInput, check_shapes, expand_mask, masked_argmax, per_layer
-from .streaming import DEFAULT_REPLICATES, DEFAULT_SEED, RatioAccumulator, RatioEstimate
+from .streaming import PairedRatioAccumulator
 
 PREVIOUS_TOKEN_THRESHOLD = 0.5
 
@@ -55,21 +55,8 @@ def previous_token_sums(attn: torch.Tensor, token_mask: torch.Tensor
     return mass, share, count
 
 
-class PreviousTokenAccumulator:
+class PreviousTokenAccumulator(PairedRatioAccumulator):
     """Streams :func:`previous_token_sums`; finalize gives (mass, share) estimates of head_shape."""
 
-    def __init__(self, head_shape: Sequence[int], replicates: int = DEFAULT_REPLICATES,
-                 seed: int = DEFAULT_SEED):
-        self.ratio = RatioAccumulator(tuple(head_shape) + (2,), replicates=replicates, seed=seed)
-
     def update(self, attn: AttentionInput, token_mask: torch.Tensor) -> None:
-        mass, share, count = per_layer(previous_token_sums, attn, token_mask)
-        self.ratio.update(torch.stack([mass, share], -1), torch.stack([count, count], -1))
-
-    def finalize(self) -> Tuple[RatioEstimate, RatioEstimate]:
-        result = self.ratio.finalize()
-        return tuple(RatioEstimate(*(t[..., i] for t in result)) for i in range(2))
-
-    def replicate_estimates(self) -> torch.Tensor:
-        """Replicates of the mass, (R, *head_shape)."""
-        return self.ratio.replicate_estimates()[..., 0]
+        self.update_pair(*per_layer(previous_token_sums, attn, token_mask))

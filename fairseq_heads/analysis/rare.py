@@ -207,16 +207,13 @@ def prefix_rare_hits(attn: torch.Tensor, token_mask: torch.Tensor, key_freq: tor
     return hits.to(torch.float64).sum(-2), chance, scored.to(torch.float64).sum(-1)
 
 
-class PrefixRareWordAccumulator:
+class PrefixRareWordAccumulator(RareWordAccumulator):
     """:class:`RareWordAccumulator` for causal attention (see the comment above); same result type,
     ``count`` = scored query tokens."""
 
     def __init__(self, head_shape: Sequence[int], min_keys: int = DEFAULT_MIN_KEYS,
                  replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED):
-        self.head_shape = tuple(head_shape)
-        self.min_keys = min_keys
-        self.hits = RatioAccumulator(self.head_shape + (2,), replicates=replicates, seed=seed)
-        self.chance = RatioAccumulator((2,), replicates=replicates, seed=seed)
+        super().__init__(head_shape, min_keys=min_keys, replicates=replicates, seed=seed)
 
     def update(self, attn: AttentionInput, token_mask: torch.Tensor, key_freq: torch.Tensor) -> None:
         hits, chance, scored = per_layer(prefix_rare_hits, attn, token_mask, key_freq, min_keys=self.min_keys)
@@ -225,11 +222,3 @@ class PrefixRareWordAccumulator:
         den = scored.reshape((-1,) + (1,) * (hits.dim() - 1)).expand_as(hits)
         self.hits.update(hits, den)
         self.chance.update(chance, scored[:, None].expand(-1, 2))
-
-    def finalize(self) -> RareWordResult:
-        hits = self.hits.finalize()
-        chance = self.chance.finalize()
-        return RareWordResult(_pick(hits, 0), _pick(hits, 1), _pick(chance, 0), _pick(chance, 1))
-
-    def replicate_estimates(self) -> torch.Tensor:
-        return self.hits.replicate_estimates()

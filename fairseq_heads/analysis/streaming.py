@@ -176,3 +176,23 @@ class RatioAccumulator:
     def state_tensors(self) -> Tuple[torch.Tensor, ...]:
         """All stored sums (to check / serialise the state; its size does not grow with N)."""
         return (self.num_sum, self.den_sum, self.boot_num_sum, self.boot_den_sum)
+
+
+class PairedRatioAccumulator:
+    """Two ratios over the same units and the same denominator (e.g. an attention mass and its
+    chance level), one bootstrap stream: finalize gives a pair of RatioEstimate of head_shape;
+    replicates are those of the first."""
+
+    def __init__(self, head_shape: Sequence[int], replicates: int = DEFAULT_REPLICATES,
+                 seed: int = DEFAULT_SEED):
+        self.ratio = RatioAccumulator(tuple(head_shape) + (2,), replicates=replicates, seed=seed)
+
+    def update_pair(self, first: torch.Tensor, second: torch.Tensor, count: torch.Tensor) -> None:
+        self.ratio.update(torch.stack([first, second], -1), torch.stack([count, count], -1))
+
+    def finalize(self) -> Tuple[RatioEstimate, RatioEstimate]:
+        result = self.ratio.finalize()
+        return tuple(RatioEstimate(*(t[..., i] for t in result)) for i in range(2))
+
+    def replicate_estimates(self) -> torch.Tensor:
+        return self.ratio.replicate_estimates()[..., 0]
