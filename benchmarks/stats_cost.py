@@ -1,7 +1,12 @@
-"""Cost of `fairseq-heads stats` relative to `fairseq-validate` on the same data and model.
+"""Cost of `fairseq-heads stats` relative to fairseq's own evaluation on the same data and model.
 
     python benchmarks/stats_cost.py DATA_BIN --path CHECKPOINT --subset valid \
         --out benchmarks/out/stats_cost.json [--conllu SRC.conllu] [--max-tokens 4096]
+
+A data-bin with one `dict.txt` (no language pair) is a language model's: the reference is then
+`fairseq-eval-lm`, `stats` runs with every LM metric (confidence, lrp, grad, positional, rare,
+previous_token, duplicate_token, induction), and the memory sizes count lines of the subset
+(fairseq's `--sample-break-mode none` blocks are cut from them). Translation, otherwise:
 
 Measures, in one run and as separate processes (so each pays fairseq's start-up once):
 - wall time of `fairseq-validate` (the reference);
@@ -80,6 +85,31 @@ def head_subset(data_bin, subset, src, tgt, count, out_dir):
     return out_dir
 
 
+def is_language_model_bin(data_bin):
+    return os.path.exists(os.path.join(data_bin, "dict.txt"))
+
+
+def head_subset_lm(data_bin, subset, count, out_dir):
+    """An LM data-bin in out_dir whose `valid` subset is the first `count` lines of `subset`."""
+    from fairseq.data import Dictionary, data_utils, indexed_dataset
+
+    os.makedirs(out_dir, exist_ok=True)
+    shutil.copy(os.path.join(data_bin, "dict.txt"), out_dir)
+    dictionary = Dictionary.load(os.path.join(data_bin, "dict.txt"))
+    source = data_utils.load_indexed_dataset(os.path.join(data_bin, subset), dictionary)
+    if count > len(source):
+        raise SystemExit(f"{subset} has {len(source)} lines, fewer than {count}")
+    prefix = os.path.join(out_dir, "valid")
+    builder = indexed_dataset.make_builder(prefix + ".bin", impl="mmap", vocab_size=len(dictionary))
+    for i in range(count):
+        builder.add_item(source[i])
+    builder.finalize(prefix + ".idx")
+    return out_dir
+
+
+LM_METRICS = "confidence,lrp,grad,positional,rare,previous_token,duplicate_token,induction"
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data_bin")
@@ -93,65 +123,114 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="JSON output path")
     opts = parser.parse_args(argv)
 
-    src, tgt = language_pair(opts.data_bin, opts.subset)
+    language_model = is_language_model_bin(opts.data_bin)
+    src, tgt = (None, None) if language_model else language_pair(opts.data_bin, opts.subset)
     common = ["--path", opts.path, "--max-tokens", str(opts.max_tokens), "--cpu"]
     stats = [os.path.join(BIN, "fairseq-heads"), "stats", "--log-format", "none"]
     work = tempfile.mkdtemp(prefix="stats_cost.")
     try:
-        validate = [os.path.join(BIN, "fairseq-validate"), opts.data_bin, "--valid-subset", opts.subset,
-                    "--user-dir", USER_DIR, "--task", "translation", "-s", src, "-t", tgt,
-                    "--criterion", "cross_entropy", "--log-format", "none", *common]
-        attention_metrics = "confidence,positional,rare" + (",syntactic" if opts.conllu else "")
-        runs = {
-            "validate": validate,
-            "stats_attention": stats + [opts.data_bin, "--gen-subset", opts.subset, "--metrics",
-                                        attention_metrics, "--out-dir", os.path.join(work, "a"),
-                                        *(["--conllu", opts.conllu] if opts.conllu else []), *common],
-            "stats_lrp_sentence": stats + [opts.data_bin, "--gen-subset", opts.subset, "--metrics", "lrp",
-                                           "--lrp-normalise", "sentence", "--out-dir",
-                                           os.path.join(work, "l"), *common],
-        }
-        all_seconds = {name: [] for name in runs}
-        run_rss = {}
-        for _ in range(opts.repeats):  # interleaved, so load from other processes hits all alike
-            for name, command in runs.items():
-                wall, run_rss[name] = timed(command, os.path.join(work, f"{name}.log"))
-                all_seconds[name].append(wall)
-                print(f"{name}: {wall:.1f} s, peak RSS {run_rss[name]:.0f} MiB", flush=True)
-        seconds = {name: min(values) for name, values in all_seconds.items()}
-
-        memory = {}
-        for size in (int(n) for n in opts.memory_sizes.split(",")):
-            data = head_subset(opts.data_bin, opts.subset, src, tgt, size, os.path.join(work, f"bin{size}"))
-            _, memory[size] = timed(stats + [data, "--gen-subset", "valid", "--metrics",
-                                             "confidence,positional,rare,lrp", "--out-dir",
-                                             os.path.join(work, f"m{size}"), *common],
-                                    os.path.join(work, f"memory{size}.log"))
-            print(f"peak RSS with {size} sentences: {memory[size]:.0f} MiB", flush=True)
-        sizes = sorted(memory)
-        report = {
-            "data_bin": os.path.abspath(opts.data_bin), "checkpoint": os.path.abspath(opts.path),
-            "subset": opts.subset, "max_tokens": opts.max_tokens,
-            "attention_metrics": attention_metrics.split(","),
-            "wall_seconds": seconds,
-            "wall_seconds_all_repeats": all_seconds,
-            "peak_rss_mib_per_run": run_rss,
-            "ratio_to_validate": {
-                "stats_attention": seconds["stats_attention"] / seconds["validate"],
-                "stats_lrp_sentence": seconds["stats_lrp_sentence"] / seconds["validate"],
-            },
-            "peak_rss_mib": {str(n): memory[n] for n in sizes},
-            "peak_rss_growth": memory[sizes[-1]] / memory[sizes[0]],
-            "note": "wall times include each process's start-up (fairseq import, model load)",
-            "machine": machine_info(),
-        }
+        if language_model:
+            report = measure_language_model(opts, stats, common, work)
+        else:
+            report = measure_translation(opts, stats, common, work, src, tgt)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     os.makedirs(os.path.dirname(os.path.abspath(opts.out)), exist_ok=True)
     with open(opts.out, "w") as f:
         json.dump(report, f, indent=1)
         f.write("\n")
-    print(json.dumps(report["ratio_to_validate"]), json.dumps(report["peak_rss_mib"]))
+    print(json.dumps(report["ratio_to_reference"]), json.dumps(report["peak_rss_mib"]))
+
+
+def interleaved(runs, repeats, work):
+    """Minimum wall seconds per run (over interleaved repeats), all repeats, and peak RSS."""
+    all_seconds = {name: [] for name in runs}
+    run_rss = {}
+    for _ in range(repeats):  # interleaved, so load from other processes hits all alike
+        for name, command in runs.items():
+            wall, run_rss[name] = timed(command, os.path.join(work, f"{name}.log"))
+            all_seconds[name].append(wall)
+            print(f"{name}: {wall:.1f} s, peak RSS {run_rss[name]:.0f} MiB", flush=True)
+    return {name: min(values) for name, values in all_seconds.items()}, all_seconds, run_rss
+
+
+def measure_language_model(opts, stats, common, work):
+    eval_lm = [os.path.join(BIN, "fairseq-eval-lm"), opts.data_bin, "--gen-subset", opts.subset,
+               "--user-dir", USER_DIR, "--log-format", "none", *common]
+    runs = {
+        "eval_lm": eval_lm,
+        "stats_all_lm_metrics": stats + [opts.data_bin, "--gen-subset", opts.subset, "--metrics", LM_METRICS,
+                                         "--out-dir", os.path.join(work, "a"), *common],
+        "stats_attention": stats + [opts.data_bin, "--gen-subset", opts.subset, "--metrics",
+                                    "confidence,positional,rare,previous_token,duplicate_token",
+                                    "--out-dir", os.path.join(work, "b"), *common],
+    }
+    seconds, all_seconds, run_rss = interleaved(runs, opts.repeats, work)
+    memory = {}
+    for size in (int(n) for n in opts.memory_sizes.split(",")):
+        data = head_subset_lm(opts.data_bin, opts.subset, size, os.path.join(work, f"bin{size}"))
+        _, memory[size] = timed(stats + [data, "--gen-subset", "valid", "--metrics", LM_METRICS,
+                                         "--out-dir", os.path.join(work, f"m{size}"), *common],
+                                os.path.join(work, f"memory{size}.log"))
+        print(f"peak RSS with {size} lines: {memory[size]:.0f} MiB", flush=True)
+    sizes = sorted(memory)
+    return {
+        "kind": "language_model",
+        "data_bin": opts.data_bin, "checkpoint": opts.path,
+        "subset": opts.subset, "max_tokens": opts.max_tokens, "metrics": LM_METRICS.split(","),
+        "wall_seconds": seconds, "wall_seconds_all_repeats": all_seconds, "peak_rss_mib_per_run": run_rss,
+        "ratio_to_reference": {name: seconds[name] / seconds["eval_lm"] for name in runs if name != "eval_lm"},
+        "peak_rss_mib": {str(n): memory[n] for n in sizes},
+        "peak_rss_growth": memory[sizes[-1]] / memory[sizes[0]],
+        "note": "reference: fairseq-eval-lm; wall times include each process's start-up (fairseq import, "
+                "model load); the induction probes are a fixed cost (lengths x probes), not per line",
+        "machine": machine_info(),
+    }
+
+
+def measure_translation(opts, stats, common, work, src, tgt):
+    validate = [os.path.join(BIN, "fairseq-validate"), opts.data_bin, "--valid-subset", opts.subset,
+                "--user-dir", USER_DIR, "--task", "translation", "-s", src, "-t", tgt,
+                "--criterion", "cross_entropy", "--log-format", "none", *common]
+    attention_metrics = "confidence,positional,rare" + (",syntactic" if opts.conllu else "")
+    runs = {
+        "validate": validate,
+        "stats_attention": stats + [opts.data_bin, "--gen-subset", opts.subset, "--metrics",
+                                    attention_metrics, "--out-dir", os.path.join(work, "a"),
+                                    *(["--conllu", opts.conllu] if opts.conllu else []), *common],
+        "stats_lrp_sentence": stats + [opts.data_bin, "--gen-subset", opts.subset, "--metrics", "lrp",
+                                       "--lrp-normalise", "sentence", "--out-dir",
+                                       os.path.join(work, "l"), *common],
+    }
+    seconds, all_seconds, run_rss = interleaved(runs, opts.repeats, work)
+
+    memory = {}
+    for size in (int(n) for n in opts.memory_sizes.split(",")):
+        data = head_subset(opts.data_bin, opts.subset, src, tgt, size, os.path.join(work, f"bin{size}"))
+        _, memory[size] = timed(stats + [data, "--gen-subset", "valid", "--metrics",
+                                         "confidence,positional,rare,lrp", "--out-dir",
+                                         os.path.join(work, f"m{size}"), *common],
+                                os.path.join(work, f"memory{size}.log"))
+        print(f"peak RSS with {size} sentences: {memory[size]:.0f} MiB", flush=True)
+    sizes = sorted(memory)
+    report = {
+        "data_bin": os.path.abspath(opts.data_bin), "checkpoint": os.path.abspath(opts.path),
+        "subset": opts.subset, "max_tokens": opts.max_tokens,
+        "attention_metrics": attention_metrics.split(","),
+        "wall_seconds": seconds,
+        "wall_seconds_all_repeats": all_seconds,
+        "peak_rss_mib_per_run": run_rss,
+        "kind": "translation",
+        "ratio_to_reference": {
+            "stats_attention": seconds["stats_attention"] / seconds["validate"],
+            "stats_lrp_sentence": seconds["stats_lrp_sentence"] / seconds["validate"],
+        },
+        "peak_rss_mib": {str(n): memory[n] for n in sizes},
+        "peak_rss_growth": memory[sizes[-1]] / memory[sizes[0]],
+        "note": "wall times include each process's start-up (fairseq import, model load)",
+        "machine": machine_info(),
+    }
+    return report
 
 
 if __name__ == "__main__":

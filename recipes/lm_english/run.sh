@@ -5,6 +5,7 @@
 #   recipes/lm_english/run.sh                          # nine novels (gutenberg_en), split by book
 #   CORPUS=wikitext2 recipes/lm_english/run.sh         # WikiText-2 valid+test, split by article
 #   REPEAT_SPANS=1 recipes/lm_english/run.sh           # the labelled repeated-span setting
+#   REPEAT_SPANS=1 REPEAT_PROB=1 LM_SIZE=2x4 recipes/lm_english/run.sh   # every span twice, 2 layers x 4 heads
 #   BASELINE=path/to/checkpoint.pt recipes/lm_english/run.sh   # reuse a trained plain transformer_lm
 #   SCALE=toy recipes/lm_english/run.sh                # the whole pipeline on the toy grammar (minutes)
 #
@@ -15,7 +16,7 @@
 # baseline + fine-tune) -> Michel curves per metric (perplexity) -> tables.md.
 #
 # Environment: RESULTS, DATA (default ../shared/data), CORPUS (gutenberg|wikitext2), REPEAT_SPANS,
-# SCALE (cpu|toy), BASELINE, BASELINE_UPDATES, FINETUNE_UPDATES, LAMBDAS, SCRATCH_LAMBDAS,
+# REPEAT_PROB (default 0.5), LM_SIZE (3x8 | 2x4; cpu scale), SCALE (cpu|toy), BASELINE, BASELINE_UPDATES, FINETUNE_UPDATES, LAMBDAS, SCRATCH_LAMBDAS,
 # CURVE_METRICS, CURVE_STEPS, GATE_LR_SCALE, THREADS (default 2).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -27,6 +28,8 @@ PYTHON=${PYTHON:-python}
 DATA=${DATA:-$REPO/../shared/data}
 CORPUS=${CORPUS:-gutenberg}
 REPEAT_SPANS=${REPEAT_SPANS:-0}
+REPEAT_PROB=${REPEAT_PROB:-0.5}
+LM_SIZE=${LM_SIZE:-3x8}
 BASELINE=${BASELINE:-}
 
 case $SCALE in
@@ -51,6 +54,8 @@ cpu)
   name=lm_english
   [ "$CORPUS" = gutenberg ] || name=${name}_$CORPUS
   [ "$REPEAT_SPANS" = 0 ] || name=${name}_repeat_spans
+  [ "$REPEAT_SPANS" = 0 ] || [ "$REPEAT_PROB" = 0.5 ] || name=${name}_p$REPEAT_PROB
+  [ "$LM_SIZE" = 3x8 ] || name=${name}_$LM_SIZE
   RESULTS=$(readlink -m "${RESULTS:-$REPO/work/recipes/$name}")
   case $CORPUS in
   gutenberg) DATA_ARGS="--corpus gutenberg --source-dir $DATA/gutenberg_en --vocab-size 8000" ;;
@@ -58,13 +63,23 @@ cpu)
   *) echo "CORPUS: unknown corpus '$CORPUS' (gutenberg or wikitext2)" >&2; exit 2 ;;
   esac
   [ "$REPEAT_SPANS" = 0 ] || DATA_ARGS="$DATA_ARGS --repeat-spans"
+  [ "$REPEAT_SPANS" = 0 ] || [ "$REPEAT_PROB" = 0.5 ] || DATA_ARGS="$DATA_ARGS --repeat-prob $REPEAT_PROB"
   for dir in "$DATA/gutenberg_en" "$DATA/wikitext2"; do
     case $DATA_ARGS in *"$dir "*) [ -d "$dir" ] || { echo "DATA: $dir not found (set DATA=...)" >&2; exit 2; } ;; esac
   done
+  case $LM_SIZE in
   # 3 layers x 8 heads of 32 (d=256): the size measured in ../shared/notes/lm-corpora.md to grow
   # previous-token heads on the novels within the CPU budget.
-  SIZE_ARGS="--decoder-layers 3 --decoder-embed-dim 256 --decoder-ffn-embed-dim 1024 --decoder-attention-heads 8
+  3x8) SIZE_ARGS="--decoder-layers 3 --decoder-embed-dim 256 --decoder-ffn-embed-dim 1024 --decoder-attention-heads 8
     --share-decoder-input-output-embed"
+    DEFAULT_CURVE_STEPS=0,8,16,24 ;;
+  # 2 layers x 4 heads of 32 (d=128): the size the notes saw grow induction heads on text whose
+  # every span is written twice (1,500 updates)
+  2x4) SIZE_ARGS="--decoder-layers 2 --decoder-embed-dim 128 --decoder-ffn-embed-dim 512 --decoder-attention-heads 4
+    --share-decoder-input-output-embed"
+    DEFAULT_CURVE_STEPS=0,2,4,6,8 ;;
+  *) echo "LM_SIZE: unknown size '$LM_SIZE' (3x8 or 2x4)" >&2; exit 2 ;;
+  esac
   BLOCK_ARGS="--tokens-per-sample 256 --sample-break-mode none --max-tokens 4096"
   BASELINE_UPDATES=${BASELINE_UPDATES:-2000}
   FINETUNE_UPDATES=${FINETUNE_UPDATES:-100}
@@ -76,7 +91,7 @@ cpu)
   GATE_LR_SCALE=${GATE_LR_SCALE:-1000}
   LAMBDAS=${LAMBDAS-0.005 0.02 0.08}
   SCRATCH_LAMBDAS=${SCRATCH_LAMBDAS-}
-  CURVE_STEPS=${CURVE_STEPS:-0,8,16,24}
+  CURVE_STEPS=${CURVE_STEPS:-$DEFAULT_CURVE_STEPS}
   STATS_ARGS=""
   GATE_TRACE_INTERVAL=25
   ;;
