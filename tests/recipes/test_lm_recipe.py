@@ -61,3 +61,18 @@ def test_a_rerun_skips_every_step(lm_results):
     process = run_recipe(results)
     assert process.returncode == 0, process.stderr[-3000:]
     assert re.findall(r"^skip (\S+) \(done\)$", process.stdout, re.M) == STEPS
+
+
+@pytest.mark.parametrize("name,value,message", [
+    ("LM_SIZE", "9x9", "LM_SIZE: unknown size '9x9' (3x8 or 2x4)"),
+    ("CORPUS", "books", "CORPUS: unknown corpus 'books' (gutenberg or wikitext2)"),
+])
+def test_an_unknown_setting_exits_2_before_any_step(tmp_path, name, value, message):
+    (tmp_path / "data" / "gutenberg_en").mkdir(parents=True)
+    env = dict(os.environ, SCALE="cpu", DATA=str(tmp_path / "data"), RESULTS=str(tmp_path / "out"))
+    env[name] = value
+    process = subprocess.run(["bash", os.path.join(REPO, "recipes", "lm_english", "run.sh")], env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert process.returncode == 2
+    assert process.stderr.strip().splitlines()[-1] == message
+    assert not (tmp_path / "out").exists()
