@@ -43,10 +43,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import machine_info  # noqa: E402
 
 import fairseq_heads  # noqa: E402,F401
-from fairseq_heads.analysis.capture import capture_heads  # noqa: E402
-from fairseq_heads.analysis.lrp import conservative_lrp_rules, lrp_head_relevance  # noqa: E402
-from fairseq_heads.atomic import write_text_atomic  # noqa: E402
-from fairseq_heads.modules.gated_attention import GatedMultiheadAttention, iter_attention  # noqa: E402
+from fairseq_heads.stats.capture import capture_heads  # noqa: E402
+from fairseq_heads.stats.metrics.lrp import conservative_lrp_rules, lrp_head_relevance  # noqa: E402
+from fairseq_heads.files import write_text_atomic  # noqa: E402
+from fairseq_heads.gating.gated_attention import GatedMultiheadAttention  # noqa: E402
+from fairseq_heads.heads import iter_attention
 
 VARIANTS = ("plain", "gated-open", "gated-half")
 BLOCK_SIZES = [  # (T, batch, d, fwd+bwd per timed unit), 8 heads

@@ -48,10 +48,13 @@ import torch  # noqa: E402
 from fairseq import checkpoint_utils  # noqa: E402
 
 import fairseq_heads  # noqa: E402
-from fairseq_heads.compat import load_checkpoint  # noqa: E402
-from fairseq_heads.head_masks import apply_head_mask, head_mask_to_json, model_head_shape, write_atomic  # noqa: E402
-from fairseq_heads.modules.gated_attention import iter_attention  # noqa: E402
-from fairseq_heads.pruning.checkpoint import checkpoint_model_options, prune_checkpoint  # noqa: E402
+from fairseq_heads.checkpoints import load_checkpoint  # noqa: E402
+from fairseq_heads.files import write_text_atomic as write_atomic  # noqa: E402
+from fairseq_heads.gating.head_masks import apply_head_mask, head_mask_to_json  # noqa: E402
+from fairseq_heads.heads import heads_per_layer  # noqa: E402
+from fairseq_heads.heads import iter_attention  # noqa: E402
+from fairseq_heads.checkpoints import model_options as checkpoint_model_options  # noqa: E402
+from fairseq_heads.pruning.checkpoint import prune_checkpoint  # noqa: E402
 from fairseq_heads.pruning.curve import batches  # noqa: E402
 
 USER_DIR = os.path.dirname(os.path.abspath(fairseq_heads.__file__))
@@ -177,7 +180,7 @@ def main(argv=None):
     state = load_checkpoint(args.path)
     options = checkpoint_model_options(state)
     original, task = load_variant(args, args.path)
-    heads = model_head_shape(original)
+    heads = heads_per_layer(original)
     variants = {}  # name -> (checkpoint, fairseq-generate extra args, mask for in-process)
     for fraction in fractions:
         mask = uniform_mask(heads, fraction)

@@ -5,14 +5,12 @@ import os
 import sys
 from typing import List, Optional
 
-
-class CommandError(Exception):
-    """A user-facing error: printed as one line, exit status 2."""
+from .errors import CommandError
 
 
 def cmd_gates(args) -> int:
-    from .compat import load_checkpoint
-    from .gate_table import format_gate_table, gate_rows
+    from .checkpoints import load_checkpoint
+    from .gating.gate_table import format_gate_table, gate_rows
 
     if not os.path.isfile(args.checkpoint):
         raise CommandError(f"checkpoint not found: {args.checkpoint}")
@@ -42,20 +40,21 @@ SUBCOMMANDS = [
      "per-head statistics of a translation model on a data subset: tables and heatmaps"),
     ("plot", "stats", "add_plot_arguments", "run_plot",
      "redraw the figures of a `stats` folder from its tables"),
-    ("mask", "recipe", "add_mask_arguments", "run_mask",
+    ("mask", "mask", "add_mask_arguments", "run_mask",
      "write the head mask (JSON for --head-mask) of a gated checkpoint's open heads"),
-    ("result", "recipe", "add_result_arguments", "run_result",
+    ("result", "result", "add_result_arguments", "run_result",
      "a model's result file: sacreBLEU of a fairseq-generate output + heads kept"),
     ("lm-result", "lm_recipe", "add_result_arguments", "run_result",
      "a language model's result file: perplexity on a subset + the heads it has"),
     ("lm-report", "lm_recipe", "add_report_arguments", "run_report",
      "tables.md and figures from the LM recipe's results folder"),
-    ("report", "recipe", "add_report_arguments", "run_report",
+    ("report", "report", "add_report_arguments", "run_report",
      "tables.md, figures and report.html from a recipe's results folder"),
 ]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `fairseq-heads` parser: one subcommand per SUBCOMMANDS entry (plus gates, user-dir)."""
     from . import __version__
 
     parser = argparse.ArgumentParser(

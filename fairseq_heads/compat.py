@@ -16,13 +16,11 @@ before it loads a checkpoint.
 weight shapes do not show how q/k/v are split into heads; see models/gated_transformer.py).
 
 4. A file that is not a checkpoint (empty, truncated by a kill, or some other torch file) makes
-torch raise deep inside fairseq; `check_checkpoint_file` says so in one line naming the file,
-before any work, at the entry of each command that takes a checkpoint.
+torch raise deep inside fairseq; `checkpoints.check_checkpoint_file` says so in one line naming
+the file, before any work, at the entry of each command that takes a checkpoint.
 """
 import argparse
-import os
 import types
-import zipfile
 
 import numpy as np
 import torch
@@ -78,38 +76,3 @@ def patch_fairseq_checkpoint_loading() -> None:
 def patch_numpy_compat() -> None:
     if not hasattr(np, "compat"):
         np.compat = types.SimpleNamespace(long=np.int64)
-
-
-class CheckpointFileError(ValueError):
-    """A checkpoint path that is missing or not a fairseq checkpoint (a user-facing error)."""
-
-
-def check_checkpoint_file(path: str) -> None:
-    """Raise CheckpointFileError unless `path` is a fairseq checkpoint (weights and options).
-
-    Cheap: a memory-mapped load reads the pickled structure, not the tensors (files of torch's
-    zip format; an old-format file is loaded whole)."""
-    if not os.path.isfile(path):
-        raise CheckpointFileError(f"checkpoint not found: {path}")
-    if os.path.getsize(path) == 0:
-        raise CheckpointFileError(f"{path}: not a checkpoint: the file is empty")
-    try:  # a file cut short has lost the zip directory at its end: it takes the second branch
-        state = torch.load(path, map_location="cpu", weights_only=False,
-                           mmap=zipfile.is_zipfile(path))
-    except Exception as error:  # torch / pickle / zipfile errors: all mean "unreadable"
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0].split(". ")[0]
-        raise CheckpointFileError(f"{path}: not a readable checkpoint (truncated or not a torch "
-                                  f"file: {reason})") from None
-    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
-        raise CheckpointFileError(f"{path}: not a fairseq checkpoint (no 'model' weights; "
-                                  f"a {type(state).__name__})")
-    if state.get("cfg") is None and state.get("args") is None:
-        raise CheckpointFileError(f"{path}: not a fairseq checkpoint (no model options: "
-                                  f"neither 'cfg' nor 'args')")
-
-
-def load_checkpoint(path: str) -> dict:
-    """Load a fairseq checkpoint file to CPU (our own tools' entry point for raw state)."""
-    check_checkpoint_file(path)
-    patch_fairseq_checkpoint_loading()
-    return checkpoint_utils.load_checkpoint_to_cpu(path)

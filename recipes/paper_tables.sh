@@ -39,10 +39,6 @@ FAIRSEQ_LOG="--log-format simple --log-interval 10 --no-progress-bar"
 EXTRA_TRAIN=${RECIPE_EXTRA_TRAIN_ARGS:-}
 EXTRA_GENERATE=${RECIPE_EXTRA_GENERATE_ARGS:-}
 
-have_subcommand() {  # fairseq-heads NAME exists? (the `stats` and `curve` commands came late)
-  [ -f "$USER_DIR/commands/$1.py" ]
-}
-
 # A fairseq-train run in $STEP_OUT; keeps one checkpoint as checkpoint.pt ($1: best|last).
 train_into_step_out() {
   local keep=$1
@@ -170,15 +166,9 @@ if [ -n "${PUD_SRC:-}" ]; then
   STATS_CONLLU=$RESULTS/pud/test.conllu${PUD_CONLLU##*.conllu}  # keeps a .gz suffix
 fi
 
-if have_subcommand stats; then
-  run_step stats "$RESULTS/stats/baseline" "$STATS_DATA_BIN $STATS_SUBSET $STATS_CONLLU $STATS_ARGS" step_stats
-else
-  echo "skip stats: this fairseq-heads has no \`stats\` command yet (head-function tables will be skipped)"
-fi
+run_step stats "$RESULTS/stats/baseline" "$STATS_DATA_BIN $STATS_SUBSET $STATS_CONLLU $STATS_ARGS" step_stats
 
-if ! have_subcommand curve; then
-  echo "skip curve: this fairseq-heads has no \`curve\` command yet (the encoder figure will have no Michel curve)"
-elif [ ! -f "$RESULTS/stats/baseline/heads.csv" ]; then
+if [ ! -f "$RESULTS/stats/baseline/heads.csv" ]; then
   echo "skip curve: no head scores (stats/baseline/heads.csv)"
 else
   run_step curve "$RESULTS/curve" "$CURVE_METRIC $CURVE_STEPS $CURVE_ARGS $GEN_SUBSET" step_curve

@@ -10,6 +10,7 @@ from ..pruning.importance import METRICS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `fairseq-heads curve`."""
     parser.add_argument("data", metavar="DATA_BIN", help="fairseq data-bin directory")
     parser.add_argument("--path", required=True, metavar="CHECKPOINT", help="model checkpoint")
     parser.add_argument("--scores", required=True, metavar="HEADS.csv",
@@ -37,14 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from fairseq import checkpoint_utils
-
-    from ..atomic import atomic_path, check_output_file
-    from ..compat import check_checkpoint_file, patch_fairseq_checkpoint_loading
-    from ..head_masks import model_head_shape, write_atomic
+    """Score the curve's steps, write CURVE.csv and its plot beside it (atomically)."""
+    from ..checkpoints import check_checkpoint_file, data_overrides, is_language_model, load_model_and_task
+    from ..files import atomic_path, check_output_file
+    from ..files import write_text_atomic
+    from ..heads import heads_per_layer
     from ..pruning.curve import (
         curve_csv,
-        is_language_model,
         parse_steps,
         plot_curve,
         pruning_curve,
@@ -56,15 +56,9 @@ def run(args) -> int:
     check_output_file(args.out, "--out")
     scores = read_head_scores(args.scores, args.metric)
     overlay = read_overlay(args.overlay) if args.overlay else []
-    overrides = {"data": args.data}
-    if args.source_lang:
-        overrides["source_lang"] = args.source_lang
-    if args.target_lang:
-        overrides["target_lang"] = args.target_lang
-    patch_fairseq_checkpoint_loading()
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([args.path], arg_overrides=overrides)
-    model = models[0]
-    check_scores_match_model(scores, model_head_shape(model), args.scores)
+    model, task = load_model_and_task(args.path, data_overrides(args.data, args.source_lang,
+                                                                args.target_lang))
+    check_scores_match_model(scores, heads_per_layer(model), args.scores)
     steps = parse_steps(args.steps, sum(len(r) for rows in scores.values() for r in rows))
     remove_bpe = None if args.remove_bpe == "none" else args.remove_bpe
 
@@ -78,7 +72,7 @@ def run(args) -> int:
     points = pruning_curve(model, task, args.gen_subset, scores, steps, rescore=args.rescore,
                            beam=args.beam, batch_size=args.batch_size, remove_bpe=remove_bpe,
                            limit=args.limit, rescore_subset=args.rescore_subset, progress=progress)
-    write_atomic(args.out, curve_csv(points, language_model))
+    write_text_atomic(args.out, curve_csv(points, language_model))
     png = os.path.splitext(args.out)[0] + ".png"
     with atomic_path(png) as tmp:
         plot_curve(points, tmp, f"{args.metric}{' (rescored)' if args.rescore else ''}", overlay,

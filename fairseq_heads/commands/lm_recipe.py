@@ -7,6 +7,7 @@ import os
 
 
 def add_result_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `fairseq-heads lm-result`."""
     from ..report.lm_report import MODEL_KINDS
 
     parser.add_argument("data", metavar="DATA_BIN", help="the LM's data-bin")
@@ -24,8 +25,9 @@ def add_result_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_result(args) -> int:
-    from ..atomic import check_output_file
-    from ..compat import check_checkpoint_file
+    """Write one language model's result file (perplexity + the heads it has)."""
+    from ..files import check_output_file
+    from ..checkpoints import check_checkpoint_file
     from ..report.lm_report import lm_model_result, write_lm_result
 
     check_checkpoint_file(args.path)

@@ -17,6 +17,7 @@ logger = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `fairseq-heads prepare` (also `python -m fairseq_heads.commands.prepare`)."""
     parser.add_argument("--work-dir", required=True, type=Path,
                         help="output folder: raw/, clean/, spm.model, spm/, bin/ (re-runs skip finished steps)")
     parser.add_argument("--src", default="src", help="source language code (default: %(default)s)")
@@ -58,6 +59,7 @@ def parse_file_pair(option: str, value: str) -> FilePair:
 
 
 def config_from_args(args: argparse.Namespace) -> PrepareConfig:
+    """The PrepareConfig the options describe."""
     inputs: Dict[str, List[FilePair]] = {}
     conllu: Dict[str, Path] = {}
     for split in SPLITS:
@@ -88,12 +90,13 @@ def config_from_args(args: argparse.Namespace) -> PrepareConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the pipeline; 0 on success, 1 (with the reason on stderr) on bad input or a failed step."""
+    """Run the pipeline; 0 on success, 2 (the reason in one line on stderr, as every command) on
+    bad input or a failed step."""
     try:
         result = prepare(config_from_args(args))
     except DataPrepError as e:
         print(f"fairseq-heads prepare: error: {e}", file=sys.stderr)
-        return 1
+        return 2
     print(f"data-bin: {result.data_bin}")
     print(f"sentencepiece model: {result.spm_model}")
     print(f"steps run: {', '.join(result.steps_run) or '-'}; skipped (done): {', '.join(result.steps_skipped) or '-'}")
@@ -105,9 +108,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fairseq_heads.data.prepare", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m fairseq_heads.commands.prepare",
+                                     description=__doc__.split("\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
                         force=True)  # importing fairseq may have configured logging already
     return run(args)
+
+
+if __name__ == "__main__":  # data-prep/prepare.sh
+    sys.exit(main())

@@ -13,6 +13,7 @@ from fairseq_heads.data.lm_corpus import CORPORA, LMCorpusConfig, prepare_lm
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `fairseq-heads prepare-lm`."""
     parser.add_argument("--work-dir", required=True, type=Path,
                         help="output folder: text/, spm.model, spm/, bin/ (re-runs skip finished steps)")
     parser.add_argument("--corpus", choices=CORPORA, default="gutenberg",

@@ -15,6 +15,7 @@ from ..pruning.importance import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `fairseq-heads prune`."""
     parser.add_argument("--path", required=True, metavar="CHECKPOINT",
                         help="a fairseq transformer or gated_transformer checkpoint")
     parser.add_argument("--out", required=True, metavar="PRUNED.pt",
@@ -38,10 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from ..atomic import check_output_file
-    from ..cli import CommandError
-    from ..compat import check_checkpoint_file
-    from ..head_masks import head_mask_from_gates, model_head_shape
+    """Check the options, choose the mask (gates or importance scores), prune and save."""
+    from ..files import check_output_file
+    from ..errors import CommandError
+    from ..checkpoints import check_checkpoint_file
+    from ..gating.head_masks import head_mask_from_gates
+    from ..heads import heads_per_layer
     from ..models.gated_transformer import iter_gates, parse_attention_types
     from ..pruning.checkpoint import format_prune_result, prune_checkpoint
 
@@ -69,7 +72,7 @@ def run(args) -> int:
                                    f"{args.path} (gated: {', '.join(sorted(gated))})")
             mask = head_mask_from_gates(model)
             return {t: m for t, m in mask.items() if types is None or t in types}
-        check_scores_match_model(scores, model_head_shape(model), args.from_importance)
+        check_scores_match_model(scores, heads_per_layer(model), args.from_importance)
         return keep_top_k(scores, args.keep, per_type=args.per_type)
 
     # Importance pruning means "this model with that head mask": kept heads fully open even if

@@ -1,20 +1,21 @@
 """`fairseq-heads stats` and `fairseq-heads plot`: argument parsing and wiring only.
 
-The work is in `fairseq_heads.stats` (computation) and `fairseq_heads.stats_output` (files).
+The work is in `fairseq_heads.stats` (run.py: the computation; output.py: the files).
 """
 from __future__ import annotations
 
 import argparse
 import logging
 
-from fairseq_heads.analysis.labels import LabelThresholds, PAPER_THRESHOLDS
-from fairseq_heads.analysis.positional import DEFAULT_OFFSETS
-from fairseq_heads.analysis.streaming import DEFAULT_REPLICATES, DEFAULT_SEED
+from fairseq_heads.stats.labels import LabelThresholds, PAPER_THRESHOLDS
+from fairseq_heads.stats.metrics.positional import DEFAULT_OFFSETS
+from fairseq_heads.stats.streaming import DEFAULT_REPLICATES, DEFAULT_SEED
 
 logger = logging.getLogger("fairseq_heads.stats")
 
 
 def add_stats_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `fairseq-heads stats` (metric thresholds, LM probes, bootstrap, batching)."""
     from fairseq_heads.stats import DEFAULT_METRICS, METRICS
 
     parser.add_argument("data", metavar="DATA_BIN", help="fairseq data-bin directory")
@@ -69,22 +70,21 @@ def _offsets(value: str, option: str):
 
 
 def run_stats(args) -> int:
+    """Check the inputs (one line each, before any model is loaded), compute and write DIR."""
     import fairseq_heads  # noqa: F401  (registers the user dir: model, task, criterion)
-    from fairseq_heads.compat import check_checkpoint_file
-    from fairseq_heads.conllu_index import check_conllu
-    from fairseq_heads.stats_output import check_out_dir
-    from fairseq_heads.stats import StatsOptions, compute_head_statistics, parse_metrics
-    from fairseq_heads.stats_output import write_statistics
+    from fairseq_heads.checkpoints import check_checkpoint_file
+    from fairseq_heads import stats
+    from fairseq_heads.stats.syntax import check_conllu
 
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
                         level=logging.INFO)
     # Bad input fails here, in one line naming the file, before a model is loaded or run.
-    check_out_dir(args.out_dir)
+    stats.check_out_dir(args.out_dir)
     check_checkpoint_file(args.path)
     if args.conllu:
         check_conllu(args.conllu)
-    metrics = parse_metrics(args.metrics) if args.metrics else None
-    options = StatsOptions(
+    metrics = stats.parse_metrics(args.metrics) if args.metrics else None
+    options = stats.StatsOptions(
         conllu=args.conllu, lrp_normalise=args.lrp_normalise, grad_normalise=args.grad_normalise,
         offsets=_offsets(args.offsets, "--offsets") if args.offsets else None,
         induction_lengths=_offsets(args.induction_lengths, "--induction-lengths"),
@@ -95,8 +95,8 @@ def run_stats(args) -> int:
         replicates=args.bootstrap_replicates, seed=args.seed, max_tokens=args.max_tokens,
         batch_size=args.batch_size, cpu=args.cpu, source_lang=args.source_lang,
         target_lang=args.target_lang, log_format=args.log_format, metrics=metrics)
-    statistics = compute_head_statistics(args.data, args.path, args.gen_subset, options)
-    written = write_statistics(statistics, args.out_dir)
+    statistics = stats.compute_head_statistics(args.data, args.path, args.gen_subset, options)
+    written = stats.write_statistics(statistics, args.out_dir)
     logger.info("%d heads, %d sentences; wrote %d files to %s", len(statistics.rows),
                 statistics.meta["sentences"], len(written), args.out_dir)
     return 0
@@ -107,7 +107,7 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_plot(args) -> int:
-    from fairseq_heads.stats_output import redraw_figures
+    from fairseq_heads.stats import redraw_figures
 
     for path in redraw_figures(args.directory):
         print(path)

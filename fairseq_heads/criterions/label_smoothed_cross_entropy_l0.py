@@ -24,8 +24,8 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 from fairseq.logging import metrics
 
 from ..models.gated_transformer import expected_l0, iter_gates, open_heads_per_type
-from ..pruning.lagrangian import HeadCountLagrangian, reduce_lagrangian_metrics
-from ..modules.gated_attention import ATTENTION_TYPES
+from .lagrangian import HeadCountLagrangian, reduce_lagrangian_metrics
+from ..heads import ATTENTION_TYPES
 
 
 @dataclass
@@ -84,6 +84,8 @@ def add_l0_terms(criterion, model, loss, sample_size, logging_output):
 
 
 def reduce_l0_metrics(logging_outputs) -> None:
+    """Log expected L0, the L0 loss, open heads per type and each head's P(open), averaged over
+    batches, then the --target-heads Lagrangian's values."""
     batches = sum(log.get("l0_batches", 0) for log in logging_outputs)
     if batches == 0:
         return

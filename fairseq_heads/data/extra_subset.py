@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from ..atomic import make_staging_dir, replace_dir
+from ..files import make_staging_dir, replace_dir
 from .prepare import DataPrepError, fairseq_preprocess_command, normalise, read_lines, write_lines
 
 
@@ -92,6 +92,7 @@ def _named_file(text: str) -> Tuple[str, str]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """`python -m fairseq_heads.data.extra_subset`: the subsets, binarised with BIN's model (module doc)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-bin", required=True, help="the model's data-bin (its dict.*.txt)")

@@ -34,11 +34,11 @@ import random
 import re
 import subprocess
 import unicodedata
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq_heads.atomic import write_bytes_atomic, write_text_atomic
+from fairseq_heads.files import write_bytes_atomic, write_text_atomic
 from fairseq_heads.data.prepare import (
     DataPrepError,
     StepFolder,
@@ -110,6 +110,8 @@ def gutenberg_documents(source: Path) -> Dict[str, List[Document]]:
 
 
 def wikitext_documents(source: Path) -> Dict[str, List[Document]]:
+    """WikiText-2's articles (valid + test files; a ` = Title = ` line starts each) as documents,
+    every 10th to valid and the next to test."""
     files = [source / name for name in ("valid.txt.gz", "test.txt.gz")]
     missing = [str(f) for f in files if not f.exists()]
     if missing:
@@ -144,6 +146,7 @@ def synthetic_documents(n_sentences: int, seed: int) -> Dict[str, List[Document]
 
 def random_repeat_documents(n_lines: int, seed: int, n_symbols: int = 100,
                             line_length: Tuple[int, int] = (8, 24)) -> Dict[str, List[Document]]:
+    """Lines of uniform random symbols, each written twice in a row, 50 lines a document."""
     rng = random.Random(seed)
     # CJK characters written without spaces: sentencepiece keeps each one a single piece
     # (random pairs are too rare to merge), so a line is uniform random tokens, twice.
@@ -170,6 +173,8 @@ def repeat_windows(paragraph: str, rng: random.Random, prob: float) -> str:
 
 
 def build_text(config: LMCorpusConfig, out: Path) -> dict:
+    """Write each split's documents as text (a blank line between documents: fairseq's break;
+    spans repeated in train with --repeat-spans); returns the report written beside it."""
     if config.corpus == "gutenberg":
         splits = gutenberg_documents(Path(config.source_dir))
     elif config.corpus == "wikitext2":
@@ -197,6 +202,7 @@ def build_text(config: LMCorpusConfig, out: Path) -> dict:
 
 
 def train_spm(config: LMCorpusConfig, text: Path, model_path: Path, vocab_path: Path) -> None:
+    """Train the BPE sentencepiece model on the training text; write it and its vocabulary."""
     import io
 
     import sentencepiece as spm

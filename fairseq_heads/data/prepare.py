@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from fairseq_heads.atomic import make_staging_dir, replace_dir, write_bytes_atomic, write_text_atomic
+from fairseq_heads.files import make_staging_dir, replace_dir, write_bytes_atomic, write_text_atomic
 from fairseq_heads.data import synthetic_corpus
 
 logger = logging.getLogger(__name__)
@@ -278,6 +278,7 @@ def raw_fingerprint(config: PrepareConfig) -> dict:
 
 
 def run_raw(config: PrepareConfig, paths: WorkPaths) -> None:
+    """Step raw: the input files (or the toy corpus) copied into WORK/raw."""
     out = StepFolder(paths.root, "raw")
     try:
         if config.synthetic:
@@ -345,6 +346,7 @@ def clean_fingerprint(config: PrepareConfig) -> dict:
 
 
 def run_clean(config: PrepareConfig, paths: WorkPaths) -> Dict[str, Dict[str, int]]:
+    """Step clean: normalise, filter and deduplicate the pairs; counts per reason."""
     out = StepFolder(paths.root, "clean")
     report: Dict[str, Dict[str, int]] = {}
     try:
@@ -386,6 +388,7 @@ def spm_train_fingerprint(config: PrepareConfig) -> dict:
 
 
 def run_spm_train(config: PrepareConfig, paths: WorkPaths) -> None:
+    """Step spm: a joint sentencepiece model trained on the clean training text."""
     import sentencepiece as spm
 
     def sentences():
@@ -451,6 +454,7 @@ def binarize_fingerprint(config: PrepareConfig) -> dict:
 
 
 def run_binarize(config: PrepareConfig, paths: WorkPaths) -> None:
+    """Step binarize: fairseq-preprocess with a joined dictionary (+ parses copied beside)."""
     out = StepFolder(paths.root, "bin")
     try:
         command = fairseq_preprocess_command(config.fairseq_preprocess) + [
@@ -541,9 +545,3 @@ def prepare(config: PrepareConfig) -> PrepareResult:
         steps_skipped=skipped,
         config=config,
     )
-
-
-if __name__ == "__main__":
-    from fairseq_heads.commands.prepare import main
-
-    sys.exit(main())

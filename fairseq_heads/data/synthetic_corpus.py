@@ -27,7 +27,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import write_text_atomic
+from ..files import write_text_atomic
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 SPLITS = ("train", "valid", "test")
@@ -77,14 +77,6 @@ class GrammarConfig:
     adjective_count_probs: Tuple[float, ...] = (0.45, 0.35, 0.15, 0.05)
     p_subject_adverb: float = 0.25
     p_object_adverb: float = 0.25
-
-    def class_size(self, word_class: str) -> int:
-        return {
-            "noun": self.n_nouns,
-            "verb": self.n_verbs,
-            "adj": self.n_adjectives,
-            "adv": self.n_adverbs,
-        }[word_class]
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ the demo and the tests (d=64, ffn 128, 4 heads), so fairseq's `transformer_tiny`
 is `gated_transformer_tiny_fairseq`.
 """
 import sys
-from typing import Callable, Dict, FrozenSet, Iterator, List, Tuple
+from typing import Callable, Dict, FrozenSet, List, Tuple
 
 import torch
 from fairseq.models import (
@@ -20,13 +20,11 @@ from fairseq.models import (
 from fairseq.models.transformer import TransformerModel, base_architecture
 from torch import nn
 
-from ..modules.gated_attention import ATTENTION_TYPES, GatedMultiheadAttention, iter_attention
-from ..modules.hard_concrete import (
-    DEFAULT_INIT_LOG_ALPHA,
-    DEFAULT_STRETCH,
-    DEFAULT_TEMPERATURE,
-    HardConcreteGate,
-)
+from ..gating.gated_attention import GatedMultiheadAttention, iter_gates
+from ..heads import ATTENTION_TYPES, iter_attention
+from ..gating.hard_concrete import HardConcreteGate
+from .gate_options import add_gate_args, gate_defaults
+from .head_layout import apply_head_layout
 
 
 def parse_attention_types(value: str, option: str = "--gated-attention") -> FrozenSet[str]:
@@ -37,43 +35,6 @@ def parse_attention_types(value: str, option: str = "--gated-attention") -> Froz
         raise ValueError(f"{option}: unknown attention type(s) {unknown or [value]}; "
                          f"choose a comma list of {', '.join(ATTENTION_TYPES)}")
     return frozenset(names)
-
-
-def add_gate_args(parser) -> None:
-    group = parser  # fairseq passes a group already; nesting groups is deprecated
-    group.add_argument("--gated-attention", type=str, metavar="TYPES",
-                       help="comma list of attention types whose heads get gates: "
-                            "enc-self, dec-self, enc-dec (default: enc-self)")
-    group.add_argument("--gate-temperature", type=float, metavar="T",
-                       help=f"Hard Concrete temperature (default {DEFAULT_TEMPERATURE:.4g})")
-    group.add_argument("--gate-stretch-low", type=float, metavar="L",
-                       help=f"Hard Concrete stretch, lower end (default {DEFAULT_STRETCH[0]})")
-    group.add_argument("--gate-stretch-high", type=float, metavar="H",
-                       help=f"Hard Concrete stretch, upper end (default {DEFAULT_STRETCH[1]})")
-    group.add_argument("--gate-init-log-alpha", type=float, metavar="A",
-                       help=f"initial log-alpha of new gates (default {DEFAULT_INIT_LOG_ALPHA}: open)")
-    group.add_argument("--train-gates-only", action="store_true",
-                       help="freeze every parameter except the gates")
-    group.add_argument("--freeze-decoder", action="store_true",
-                       help="freeze the decoder (and embeddings shared with it), as in the "
-                            "paper's encoder-only pruning runs; decoder gates stay trainable")
-
-
-GATE_DEFAULTS = {
-    "gated_attention": "enc-self",
-    "gate_temperature": DEFAULT_TEMPERATURE,
-    "gate_stretch_low": DEFAULT_STRETCH[0],
-    "gate_stretch_high": DEFAULT_STRETCH[1],
-    "gate_init_log_alpha": DEFAULT_INIT_LOG_ALPHA,
-    "train_gates_only": False,
-    "freeze_decoder": False,
-}
-
-
-def gate_defaults(args) -> None:
-    for name, default in GATE_DEFAULTS.items():
-        if getattr(args, name, None) is None:
-            setattr(args, name, default)
 
 
 def add_gates(model: nn.Module, args) -> nn.Module:
@@ -89,6 +50,7 @@ def add_gates(model: nn.Module, args) -> nn.Module:
 
 
 def freeze_parameters(model: nn.Module, args) -> None:
+    """--train-gates-only: only the gates learn; --freeze-decoder: the decoder but its gates stay."""
     if getattr(args, "train_gates_only", False):
         for name, parameter in model.named_parameters():
             parameter.requires_grad = name.endswith("gate.log_alpha")
@@ -96,13 +58,6 @@ def freeze_parameters(model: nn.Module, args) -> None:
         for name, parameter in model.decoder.named_parameters():
             if not name.endswith("gate.log_alpha"):
                 parameter.requires_grad = False
-
-
-def iter_gates(model: nn.Module) -> Iterator[Tuple[str, int, HardConcreteGate]]:
-    """(attention type, layer, gate) for every gated attention block of any fairseq model."""
-    for attention_type, layer, attention in iter_attention(model):
-        if isinstance(attention, GatedMultiheadAttention):
-            yield attention_type, layer, attention.gate
 
 
 def expected_l0(model: nn.Module) -> torch.Tensor:
@@ -168,11 +123,7 @@ class GatedTransformerModel(TransformerModel):
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
-        add_gate_args(parser)
-        # --- physical pruning (fairseq_heads/pruning) ---
-        parser.add_argument("--head-layout", type=str, metavar="JSON",
-                            help="pruned attention shapes, written by `fairseq-heads prune` "
-                                 "(kept original head indices per type and layer)")
+        add_gate_args(parser)  # and --head-layout (physical pruning)
 
     @classmethod
     def build_model(cls, args, task):
@@ -182,7 +133,6 @@ class GatedTransformerModel(TransformerModel):
         # --- physical pruning (fairseq_heads/pruning): rebuild a pruned checkpoint's smaller
         # attention blocks before fairseq loads its state dict, and re-install the top-K head
         # rule of a --target-heads run (model options head_layout / head_target). ---
-        from ..pruning.physical import apply_head_layout  # lazy: pruning.checkpoint imports this module
         model = apply_head_layout(model, args)
         freeze_parameters(model, args)
         return model

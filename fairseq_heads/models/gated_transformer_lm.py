@@ -6,13 +6,12 @@ its name (`gated_transformer_lm_gpt`, `gated_transformer_lm_gpt2_small`, ...), d
 fairseq's registry.
 """
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Optional
 
 from fairseq.models import register_model
 from fairseq.models.transformer_lm import TransformerLanguageModel, TransformerLanguageModelConfig
 
-from ..modules.hard_concrete import DEFAULT_INIT_LOG_ALPHA, DEFAULT_STRETCH, DEFAULT_TEMPERATURE
+from .gate_options import gate_fields
+from .head_layout import apply_head_layout
 from .gated_transformer import (
     add_gates,
     check_plain_checkpoint_heads,
@@ -22,18 +21,13 @@ from .gated_transformer import (
 )
 
 
-@dataclass
-class GatedTransformerLanguageModelConfig(TransformerLanguageModelConfig):
-    gated_attention: str = field(default="dec-self", metadata={"help": "attention types with gates (dec-self)"})
-    gate_temperature: float = field(default=DEFAULT_TEMPERATURE, metadata={"help": "Hard Concrete temperature"})
-    gate_stretch_low: float = field(default=DEFAULT_STRETCH[0], metadata={"help": "stretch, lower end"})
-    gate_stretch_high: float = field(default=DEFAULT_STRETCH[1], metadata={"help": "stretch, upper end"})
-    gate_init_log_alpha: float = field(default=DEFAULT_INIT_LOG_ALPHA, metadata={"help": "initial log-alpha (open)"})
-    train_gates_only: bool = field(default=False, metadata={"help": "freeze everything but the gates"})
-    # --- physical pruning (fairseq_heads/pruning) ---
-    head_layout: Optional[str] = field(
-        default=None, metadata={"help": "pruned attention shapes, written by `fairseq-heads prune` "
-                                        "(kept original head indices per layer)"})
+# fairseq's LM options + the gate options (gate_options.py; an LM's one type is dec-self) and
+# head_layout (physical pruning); built from the one declaration of the gate options.
+GatedTransformerLanguageModelConfig = dataclasses.make_dataclass(
+    "GatedTransformerLanguageModelConfig",
+    gate_fields({"gated_attention": "dec-self"}, leave_out=("freeze_decoder",)),
+    bases=(TransformerLanguageModelConfig,))
+GatedTransformerLanguageModelConfig.__module__ = __name__
 
 
 @register_model("gated_transformer_lm", dataclass=GatedTransformerLanguageModelConfig)
@@ -44,7 +38,6 @@ class GatedTransformerLanguageModel(TransformerLanguageModel):
             raise ValueError("--gated-attention: a decoder-only language model has only dec-self attention")
         model = add_gates(super().build_model(args, task), args)
         # --- physical pruning: a pruned checkpoint's smaller blocks (see gated_transformer.py) ---
-        from ..pruning.physical import apply_head_layout  # lazy: pruning.checkpoint imports this module
         model = apply_head_layout(model, args)
         freeze_parameters(model, args)
         return model

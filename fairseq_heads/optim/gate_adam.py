@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from fairseq.optim import register_optimizer
 from fairseq.optim.adam import FairseqAdam, FairseqAdamConfig
 
-from ..modules.hard_concrete import is_gate_parameter
+from ..gating.hard_concrete import is_gate_parameter
 
 
 @dataclass

@@ -1,9 +1,9 @@
-"""Physical head pruning, head targets (exactly K heads) and importance-based head selection.
+"""Removing heads: physically (physical.py), from a checkpoint file (checkpoint.py), chosen by
+importance scores of a heads table (importance.py), and Michel et al.'s curve (curve.py).
 
-Kept free of `fairseq_heads.models` imports: `gated_transformer.build_model` calls into
-`physical.apply_head_layout`. Checkpoint-level helpers live in `pruning.checkpoint`.
+Training-time gating (Hard Concrete gates, head targets) is `fairseq_heads.gating`; rebuilding
+a pruned model's shapes is `fairseq_heads.models.head_layout`.
 """
-from .head_target import install_head_target, parse_head_target, remove_head_target  # noqa: F401
 from .physical import (  # noqa: F401
     HeadlessAttention,
     HeadPruningError,

@@ -19,13 +19,13 @@ from fairseq.data import Dictionary
 from omegaconf import OmegaConf
 from torch import nn
 
-from ..atomic import atomic_path
-from ..compat import load_checkpoint
-from ..gate_table import model_args
-from ..head_masks import model_head_shape
-from ..models.gated_transformer import GATE_DEFAULTS, GatedTransformerModel, add_gates, gate_defaults
+from ..files import atomic_path
+from ..checkpoints import load_checkpoint, model_options
+from ..heads import heads_per_layer
+from ..models.gate_options import GATE_DEFAULTS, gate_defaults
+from ..models.gated_transformer import GatedTransformerModel, add_gates
 from ..models.gated_transformer_lm import GatedTransformerLanguageModel
-from .head_target import attach_head_target_record
+from ..gating.head_target import attach_head_target_record
 from .physical import (
     HeadLayout,
     HeadPruningError,
@@ -46,17 +46,6 @@ def _placeholder_dictionary(size: int) -> Dictionary:
 
 class _DictionariesOnly(Namespace):
     """What `TransformerModel.build_model` reads from a task."""
-
-
-def checkpoint_model_options(state: dict) -> Namespace:
-    """A copy of the checkpoint's model options as a Namespace (what fairseq saves for
-    argparse-style models such as `transformer` and `gated_transformer`)."""
-    args = copy.deepcopy(model_args(state))
-    if args is None:
-        raise HeadPruningError("checkpoint has no model options (cfg.model / args)")
-    if not isinstance(args, Namespace):  # hydra-style model config
-        args = Namespace(**OmegaConf.to_container(args, resolve=True))
-    return args
 
 
 def is_language_model_state(state: dict) -> bool:
@@ -145,9 +134,9 @@ def prune_checkpoint(path: str, out: str, choose_mask: Callable[[nn.Module], Dic
     if not os.path.isfile(path):
         raise HeadPruningError(f"checkpoint not found: {path}")
     state = load_checkpoint(path)
-    args = checkpoint_model_options(state)
+    args = model_options(state)
     model = build_model_from_state(state, args)
-    heads_before = model_head_shape(model)
+    heads_before = heads_per_layer(model)
     mask = choose_mask(model)  # before the gated conversion: it may depend on gates (or their absence)
     parameters_before = count_parameters(model)
     model = as_gated_transformer(model, args)

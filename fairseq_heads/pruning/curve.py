@@ -24,8 +24,12 @@ from fairseq import utils
 from fairseq.data import iterators
 from torch import nn
 
-from ..head_masks import apply_head_mask
-from ..models.gated_transformer import iter_gates
+from ..bleu import corpus_bleu
+from ..checkpoints import is_language_model
+from ..gating.gated_attention import iter_gates
+from ..gating.head_masks import apply_head_mask
+from ..stats.metrics.grad import normalise_layers_l2
+from ..stats.metrics.lrp import reference_nll
 from .importance import HeadScores
 from .physical import HeadPruningError
 
@@ -90,14 +94,6 @@ def translate(model: nn.Module, task, subset: str, beam: int = 5, batch_size: in
     return [out[i][0] for i in ids], [out[i][1] for i in ids]
 
 
-def corpus_bleu(hypotheses: List[str], references: List[str]):
-    """(score, sacreBLEU signature)."""
-    from sacrebleu.metrics import BLEU
-
-    bleu = BLEU()
-    return bleu.corpus_score(hypotheses, [references]).score, str(bleu.get_signature())
-
-
 def perplexity(model: nn.Module, task, subset: str, batch_size: int = 16,
                limit: Optional[int] = None) -> float:
     """2 ** (base-2 NLL per target token) of a language model on `subset` (module docstring)."""
@@ -129,24 +125,15 @@ def gradient_scores(model: nn.Module, task, subset: str, mask: Dict[str, torch.T
         for sample in batches(task, subset, model, batch_size, limit):
             net_output = model(**sample["net_input"])
             lprobs = model.get_normalized_probs(net_output, log_probs=True)
-            target = sample["target"]
-            nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-            loss = nll.masked_fill(target.eq(task.target_dictionary.pad()), 0.0).sum()
+            loss = reference_nll(lprobs, sample["target"], task.target_dictionary.pad())
             grads = torch.autograd.grad(loss, [gate.fixed_mask for _, _, gate in gates])
             for (t, layer, _), grad in zip(gates, grads):
                 totals[(t, layer)] += grad.detach().abs()
     finally:
         for _, _, gate in gates:
             gate.fixed_mask = gate.fixed_mask.detach()
-    scores: HeadScores = {}
-    for t in mask:
-        rows = []
-        for layer in range(mask[t].size(0)):
-            row = totals[(t, layer)]
-            norm = row.norm()
-            rows.append((row / norm if norm > 0 else row).tolist())
-        scores[t] = rows
-    return scores
+    return {t: normalise_layers_l2(torch.stack([totals[(t, layer)] for layer in range(mask[t].size(0))]))
+            .tolist() for t in mask}
 
 
 def lowest_kept(scores: HeadScores, mask: Dict[str, torch.Tensor], count: int):
@@ -163,6 +150,8 @@ def pruning_curve(model: nn.Module, task, subset: str, scores: HeadScores, steps
                   rescore: bool = False, beam: int = 5, batch_size: int = 64,
                   remove_bpe: Optional[str] = "sentencepiece", limit: Optional[int] = None,
                   rescore_subset: str = "valid", progress=None) -> List[CurvePoint]:
+    """Remove the lowest-scoring kept heads up to each step and score the model there (BLEU or
+    perplexity)."""
     mask = {t: torch.ones(len(rows), len(rows[0]), dtype=torch.bool) for t, rows in scores.items()}
     total = sum(m.numel() for m in mask.values())
     removed: List[tuple] = []
@@ -193,12 +182,6 @@ CURVE_COLUMNS = ("heads_removed", "heads_kept", "bleu", "sacrebleu_signature", "
 LM_CURVE_COLUMNS = ("heads_removed", "heads_kept", "perplexity", "signature", "removed_heads")
 
 
-def is_language_model(model: nn.Module) -> bool:
-    from fairseq.models import FairseqLanguageModel
-
-    return isinstance(model, FairseqLanguageModel)
-
-
 def curve_csv(points: List[CurvePoint], language_model: bool = False) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -223,14 +206,10 @@ def read_overlay(path: str) -> List[tuple]:
 
 def plot_curve(points: List[CurvePoint], path: str, title: str, overlay: Sequence[tuple] = (),
                score_name: str = "BLEU") -> None:
-    import logging
+    """The curve (score against heads kept) with the L0 models as extra points."""
+    from ..plotting import pyplot
 
-    import matplotlib
-
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # it logs font lookups at DEBUG
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, axes = plt.subplots(figsize=(6, 4))
     axes.plot([p.heads_kept for p in points], [p.bleu for p in points], "o-", label=title)
     for heads_kept, bleu, label in overlay:

@@ -5,51 +5,50 @@ per metric (higher = more important), as `fairseq-heads stats` writes heads.csv;
 (confidence intervals, counts, labels) are ignored. Heads are ranked by the chosen
 metric; ties keep the earlier (type, layer, head) first.
 """
-import csv
 import math
 import os
 from typing import Dict, List, Mapping, Tuple
 
 import torch
 
-from ..modules.gated_attention import ATTENTION_TYPES
-from .head_target import top_k_mask
+from ..heads import ATTENTION_TYPES
+from ..gating.head_target import top_k_mask
+from ..stats.table import KEY_COLUMNS, iter_csv, parse_number
 from .physical import HeadPruningError
 
 METRICS = ("lrp", "grad", "confidence")
-REQUIRED_COLUMNS = ("type", "layer", "head")
+REQUIRED_COLUMNS = KEY_COLUMNS
 
 HeadScores = Dict[str, List[List[float]]]  # type -> per layer, one score per head
 
 
 def read_head_scores(path: str, metric: str) -> HeadScores:
+    """{type: per layer, one `metric` score per head} from a scores CSV (module doc); every
+    head of a scored type must have a number (HeadPruningError naming the line otherwise)."""
     if metric not in METRICS:
         raise HeadPruningError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
     if not os.path.isfile(path):
         raise HeadPruningError(f"scores file not found: {path}")
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        columns = reader.fieldnames or []
-        missing = [c for c in (*REQUIRED_COLUMNS, metric) if c not in columns]
-        if missing:
-            raise HeadPruningError(f"{path}: missing column(s) {missing} (has {columns})")
-        cells: Dict[str, Dict[Tuple[int, int], float]] = {}
-        for line, row in enumerate(reader, start=2):
-            try:
-                attention_type = row["type"]
-                if attention_type not in ATTENTION_TYPES:
-                    raise ValueError(f"unknown attention type {attention_type!r}")
-                address = (int(row["layer"]), int(row["head"]))
-                cell = (row[metric] or "").strip()
-                score = float(cell) if cell else math.nan  # `stats` leaves a cell empty for NaN
-            except (TypeError, ValueError) as error:
-                raise HeadPruningError(f"{path}:{line}: {error}") from None
-            if math.isnan(score):
-                raise HeadPruningError(f"{path}:{line}: no {metric} value (empty or NaN) for "
-                                       f"{attention_type} layer {address[0]} head {address[1]}")
-            if address in cells.setdefault(attention_type, {}):
-                raise HeadPruningError(f"{path}:{line}: duplicate row for {attention_type} {address}")
-            cells[attention_type][address] = score
+    columns, rows = iter_csv(path)
+    missing = [c for c in (*REQUIRED_COLUMNS, metric) if c not in columns]
+    if missing:
+        raise HeadPruningError(f"{path}: missing column(s) {missing} (has {columns})")
+    cells: Dict[str, Dict[Tuple[int, int], float]] = {}
+    for line, row in rows:
+        try:
+            attention_type = row["type"]
+            if attention_type not in ATTENTION_TYPES:
+                raise ValueError(f"unknown attention type {attention_type!r}")
+            address = (int(row["layer"]), int(row["head"]))
+            score = parse_number(row[metric])  # `stats` leaves a cell empty for NaN
+        except (TypeError, ValueError) as error:
+            raise HeadPruningError(f"{path}:{line}: {error}") from None
+        if math.isnan(score):
+            raise HeadPruningError(f"{path}:{line}: no {metric} value (empty or NaN) for "
+                                   f"{attention_type} layer {address[0]} head {address[1]}")
+        if address in cells.setdefault(attention_type, {}):
+            raise HeadPruningError(f"{path}:{line}: duplicate row for {attention_type} {address}")
+        cells[attention_type][address] = score
     if not cells:
         raise HeadPruningError(f"{path}: no heads")
     scores: HeadScores = {}

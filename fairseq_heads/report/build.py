@@ -14,6 +14,7 @@ import json
 import os
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
+from ..stats.table import read_csv_rows
 from . import figures, layout, tables
 from .model_result import ResultError, parse_generate_output
 from .tables import MissingInput, Table
@@ -48,7 +49,7 @@ def _open_text(path: str):
     return (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8")
 
 
-def _archived(path: str) -> Optional[str]:
+def archived_copy(path: str) -> Optional[str]:
     """path, or path.gz (an archived copy, as under docs/results), whichever exists first."""
     for candidate in (path, path + ".gz"):
         if os.path.isfile(candidate) and os.path.getsize(candidate) > 0:
@@ -62,6 +63,8 @@ def read_trace(path: str) -> List[dict]:
 
 
 def load_inputs(results_dir: str) -> Inputs:
+    """Every result file, the baseline's stats, the curve, gate traces and translations of a
+    results folder."""
     results = []
     for path in sorted(glob.glob(os.path.join(results_dir, layout.RESULTS, "*", layout.RESULT_FILE))):
         with open(path, encoding="utf-8") as f:
@@ -76,10 +79,10 @@ def load_inputs(results_dir: str) -> Inputs:
             agreement = json.load(f)
     traces, translations = {}, {}
     for result in results:
-        trace = _archived(os.path.join(results_dir, layout.MODELS, result["name"], layout.GATE_TRACE))
+        trace = archived_copy(os.path.join(results_dir, layout.MODELS, result["name"], layout.GATE_TRACE))
         if trace:
             traces[result["name"]] = trace
-        generated = _archived(os.path.join(results_dir, layout.RESULTS, result["name"], layout.GENERATE_OUTPUT))
+        generated = archived_copy(os.path.join(results_dir, layout.RESULTS, result["name"], layout.GENERATE_OUTPUT))
         if generated:
             with _open_text(generated) as f:
                 try:
@@ -88,7 +91,7 @@ def load_inputs(results_dir: str) -> Inputs:
                     raise ResultError(f"{generated}: {error}") from None
             translations[result["name"]] = (hypotheses, references)
     return Inputs(results,
-                  read_csv(heads_csv) if os.path.isfile(heads_csv) else None,
+                  read_csv_rows(heads_csv) if os.path.isfile(heads_csv) else None,
                   agreement,
                   read_csv(curve_csv) if os.path.isfile(curve_csv) else None,
                   traces, results_dir, translations)
@@ -96,11 +99,11 @@ def load_inputs(results_dir: str) -> Inputs:
 
 def write_l0_points(results_dir: str, out: str) -> int:
     """The encoder-only L0 models as (heads_kept, bleu, label) rows for `curve --overlay`."""
-    from ..head_masks import write_atomic
+    from ..files import write_text_atomic
 
     points = [p for p in tables.encoder_sweep_points(load_inputs(results_dir).results) if p[0] != "baseline"]
     lines = ["heads_kept,bleu,label"] + [f"{kept},{bleu:.2f},L0 {label}" for label, kept, bleu in points]
-    write_atomic(out, "\n".join(lines) + "\n")
+    write_text_atomic(out, "\n".join(lines) + "\n")
     return len(points)
 
 
@@ -245,6 +248,7 @@ def _provenance(inputs: Inputs) -> List[str]:
 
 
 def markdown_report(sections: List[Section], inputs: Inputs) -> str:
+    """tables.md: every section's tables and figures, or the note saying why it is missing."""
     parts = ["# Tables: pruning and analysing attention heads", ""]
     parts += [f"_{line}_  " for line in _provenance(inputs)] + [""]
     for section in sections:
@@ -266,6 +270,7 @@ def markdown_report(sections: List[Section], inputs: Inputs) -> str:
 
 
 def html_report(sections: List[Section], inputs: Inputs, figure_dir: str) -> str:
+    """report.html: the same sections with the figures embedded (self-contained)."""
     style = ("body{font-family:sans-serif;max-width:60em;margin:2em auto}"
              "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.2em .5em}"
              "img{max-width:100%}.skip{color:#888}")
@@ -298,7 +303,7 @@ def build_report(results_dir: str, out_dir: Optional[str] = None,
                  trace_lambda: Optional[float] = None) -> Tuple[List[str], List[Tuple[str, str]]]:
     """Write OUT_DIR/tables.md, OUT_DIR/figures/*.png and OUT_DIR/report.html (OUT_DIR defaults
     to RESULTS_DIR). Returns (paths written, [(section, why skipped)])."""
-    from ..atomic import staged_dir, write_text_atomic
+    from ..files import staged_dir, write_text_atomic
 
     out_dir = os.path.abspath(out_dir or results_dir)
     os.makedirs(out_dir, exist_ok=True)

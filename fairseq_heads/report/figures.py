@@ -1,35 +1,23 @@
 """The report's figures (matplotlib, Agg backend), each drawn into a given PNG path."""
 from typing import Dict, List, Sequence, Tuple
 
-from ..modules.gated_attention import ATTENTION_TYPES
+from ..heads import ATTENTION_TYPES
+from ..plotting import pyplot
 
 TYPE_COLOURS = {"enc-self": "tab:blue", "dec-self": "tab:orange", "enc-dec": "tab:green"}
-
-
-def _pyplot():
-    import logging
-
-    import matplotlib
-
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq may have set DEBUG
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _save(figure, path: str) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=110, format="png")
-    _pyplot().close(figure)
+    pyplot().close(figure)
 
 
 def encoder_pruning_figure(points: Sequence[Tuple[str, int, float]],
                            curve: Sequence[Tuple[int, float]], path: str) -> None:
     """BLEU against encoder heads kept: the L0 models as labelled points, the heuristic
     (Michel et al.) pruning curve as a line."""
-    plt = _pyplot()
+    plt = pyplot()
     figure, axes = plt.subplots(figsize=(6, 4))
     if curve:
         axes.plot([k for k, _ in curve], [b for _, b in curve], "o-", color="tab:gray",
@@ -48,7 +36,7 @@ def encoder_pruning_figure(points: Sequence[Tuple[str, int, float]],
 
 def heads_kept_figure(lambdas: Sequence[float], fractions: Dict[str, List[float]], path: str) -> None:
     """Fraction of each attention type's heads kept against the L0 lambda."""
-    plt = _pyplot()
+    plt = pyplot()
     figure, axes = plt.subplots(figsize=(6, 4))
     positions = list(range(len(lambdas)))  # lambdas are spread over decades: equally spaced ticks
     for attention_type in ATTENTION_TYPES:
@@ -68,7 +56,7 @@ def heads_kept_figure(lambdas: Sequence[float], fractions: Dict[str, List[float]
 def gate_trace_figure(series: Dict[Tuple[str, int, int], Tuple[List[int], List[float]]],
                       title: str, path: str) -> None:
     """Every head's P(open) against training updates, one panel per attention type."""
-    plt = _pyplot()
+    plt = pyplot()
     types = [t for t in ATTENTION_TYPES if any(key[0] == t for key in series)]
     figure, panels = plt.subplots(1, len(types), figsize=(4 * len(types), 3.5), sharey=True, squeeze=False)
     for axes, attention_type in zip(panels[0], types):
@@ -91,7 +79,7 @@ def gate_trace_figure(series: Dict[Tuple[str, int, int], Tuple[List[int], List[f
 
 def survivors_figure(labels: Sequence[str], counts: Dict[str, List[int]], path: str) -> None:
     """Open heads per function (stacked bars), one bar per L0 run."""
-    plt = _pyplot()
+    plt = pyplot()
     figure, axes = plt.subplots(figsize=(max(4, 1 + 0.8 * len(labels)), 4))
     bottom = [0] * len(labels)
     for name, values in counts.items():

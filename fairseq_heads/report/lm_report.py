@@ -13,11 +13,12 @@ A model's result file (`fairseq-heads lm-result`), paths relative to the results
 """
 import csv
 import json
-import math
 import os
 from typing import Dict, List, Optional, Sequence
 
-from ..atomic import write_text_atomic
+from ..files import write_text_atomic
+from ..numbers import format_number
+from ..stats.table import label_kind, read_json_document
 
 FUNCTIONS = ("previous-token", "induction", "duplicate-token", "positional", "rare")
 MODEL_KINDS = ("baseline", "l0", "from_scratch")
@@ -35,22 +36,17 @@ def lm_model_result(name: str, kind: str, checkpoint: str, data_bin: str, subset
                     from_model: Optional[str] = None, batch_size: int = 16) -> Dict[str, object]:
     """Perplexity of `checkpoint` on `subset` (teacher-forced blocks, as fairseq-eval-lm) and the
     dec-self heads it has (a pruned checkpoint's layout, else all of them)."""
-    from fairseq import checkpoint_utils
-
-    from ..compat import patch_fairseq_checkpoint_loading
-    from ..pruning.curve import is_language_model, perplexity
-    from ..gate_table import model_args
-    from ..pruning.physical import head_layout
+    from ..checkpoints import (data_overrides, is_language_model, load_model_and_task, load_state,
+                               model_args)
+    from ..models.head_layout import head_layout
+    from ..pruning.curve import perplexity
 
     if kind not in MODEL_KINDS:
         raise LMReportError(f"--kind: {kind!r} is not one of {', '.join(MODEL_KINDS)}")
-    patch_fairseq_checkpoint_loading()
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint],
-                                                                    arg_overrides={"data": data_bin})
-    model = models[0]
+    state = load_state(checkpoint, data_overrides(data_bin))
+    model, task = load_model_and_task(checkpoint, state=state)
     if not is_language_model(model):
         raise LMReportError(f"{checkpoint}: not a decoder-only language model")
-    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
     layout = head_layout(model)["dec-self"]
     total_per_layer = int(model_args(state).decoder_attention_heads)  # before any pruning
     value = perplexity(model, task, subset, batch_size)
@@ -73,6 +69,7 @@ def write_lm_result(result: Dict[str, object], path: str) -> None:
 
 
 def read_results(results_dir: str) -> List[Dict[str, object]]:
+    """The result files under RESULTS/results/*/result.json; LMReportError without a baseline."""
     folder = os.path.join(results_dir, "results")
     if not os.path.isdir(folder):
         raise LMReportError(f"{folder}: no results/ folder (run the recipe first)")
@@ -90,14 +87,6 @@ def read_results(results_dir: str) -> List[Dict[str, object]]:
     return out
 
 
-def read_heads(stats_dir: str):
-    path = os.path.join(stats_dir, "heads.json")
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
 def read_curve(path: str) -> List[Dict[str, float]]:
     with open(path, newline="", encoding="utf-8") as f:
         return [{"heads_kept": int(r["heads_kept"]), "perplexity": float(r["perplexity"])}
@@ -110,7 +99,7 @@ def head_functions(heads_doc) -> Dict[tuple, List[str]]:
     out = {}
     for row in heads_doc["heads"]:
         if row["type"] == "dec-self":
-            out[(row["layer"], row["head"])] = sorted({label.split("(")[0] for label in row["labels"] or []})
+            out[(row["layer"], row["head"])] = sorted({label_kind(label) for label in row["labels"] or []})
     return out
 
 
@@ -125,9 +114,7 @@ def most_removable(points: Sequence[Dict[str, float]], baseline: float, toleranc
 
 
 def _fmt(value, digits=2) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return f"{value:.{digits}f}"
+    return format_number(value, digits, "–")
 
 
 def _interval(cell) -> str:
@@ -137,10 +124,11 @@ def _interval(cell) -> str:
 
 
 def build_lm_tables(results_dir: str) -> str:
+    """tables.md of the LM recipe: baseline, L0 sweep, removable heads, agreement, induction."""
     results = read_results(results_dir)
     baseline = next(r for r in results if r["kind"] == "baseline")
     base_ppl = float(baseline["perplexity"])
-    heads_doc = read_heads(os.path.join(results_dir, "stats", "baseline"))
+    heads_doc = read_json_document(os.path.join(results_dir, "stats", "baseline"))
     functions = head_functions(heads_doc) if heads_doc else {}
     lines = [f"# Language-model heads: {os.path.basename(os.path.abspath(results_dir))}", ""]
 
@@ -218,7 +206,7 @@ def build_lm_tables(results_dir: str) -> str:
 
     induction_rows = []
     for r in l0:
-        doc = read_heads(os.path.join(results_dir, "stats", r["name"]))
+        doc = read_json_document(os.path.join(results_dir, "stats", r["name"]))
         if doc and doc["meta"].get("induction"):
             induction_rows.append((r, doc["meta"]["induction"]["loss_drop"].get("all")))
     if induction_rows and heads_doc and heads_doc["meta"].get("induction"):
@@ -252,14 +240,9 @@ def read_curves(results_dir: str) -> Dict[str, List[Dict[str, float]]]:
 
 def draw_lm_figure(curves, l0, path: str) -> None:
     """Perplexity against heads kept: each metric's curve and the L0 models."""
-    import logging
+    from ..plotting import pyplot
 
-    import matplotlib
-
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     l0 = sorted(l0, key=lambda r: r["heads_kept"])
     figure, axes = plt.subplots(figsize=(6, 4))
     for metric, points in curves.items():
@@ -278,7 +261,8 @@ def draw_lm_figure(curves, l0, path: str) -> None:
 
 
 def build_lm_report(results_dir: str, out_dir: Optional[str] = None) -> List[str]:
-    from ..atomic import atomic_path
+    """Write tables.md and the perplexity-vs-heads figure of an LM results folder, each atomically."""
+    from ..files import atomic_path
 
     out_dir = out_dir or results_dir
     os.makedirs(os.path.join(out_dir, "figures"), exist_ok=True)

@@ -18,7 +18,7 @@ import os
 import re
 from typing import Dict, List, Optional, Tuple
 
-from ..modules.gated_attention import ATTENTION_TYPES
+from ..heads import ATTENTION_TYPES
 from .layout import RESULTS
 
 _LINE = re.compile(r"^(?P<tag>[TD])-(?P<id>\d+)\t(?P<rest>.*)$")
@@ -56,11 +56,10 @@ def parse_generate_output(text: str) -> Tuple[List[str], List[str], Optional[str
 
 def sacrebleu_score(hypotheses: List[str], references: List[str]) -> Tuple[float, str, str]:
     """(BLEU, signature, full score string) by sacreBLEU's defaults (13a tokenisation)."""
-    from sacrebleu.metrics import BLEU
+    from ..bleu import scored
 
-    metric = BLEU()
-    score = metric.corpus_score(hypotheses, [references])
-    return round(score.score, 2), str(metric.get_signature()), str(score)
+    score, signature, text = scored(hypotheses, references)
+    return round(score, 2), signature, text
 
 
 def _field(obj, name):
@@ -73,7 +72,7 @@ def _field(obj, name):
 
 def checkpoint_layout(state: dict) -> Dict[str, List[int]]:
     """{attention type: [layers, heads per layer]} from the checkpoint's model options."""
-    from ..gate_table import model_args
+    from ..checkpoints import model_args
 
     args = model_args(state)
     enc_layers, enc_heads = _field(args, "encoder_layers"), _field(args, "encoder_attention_heads")
@@ -96,7 +95,7 @@ def kept_heads(state: dict, head_mask: Optional[dict] = None):
     A model trained with a fixed head mask kept exactly the mask's heads (its gates are fixed,
     their log-alphas mean nothing); otherwise gated types keep the heads whose deterministic
     gate is > 0 (the rule of `head_mask_from_gates`), ungated types keep every head."""
-    from ..gate_table import gate_rows
+    from ..gating.gate_table import gate_rows
 
     layout = checkpoint_layout(state)
     kept = {t: [[1] * heads for _ in range(layers)] for t, (layers, heads) in layout.items()}
@@ -123,8 +122,8 @@ def build_model_result(name: str, kind: str, checkpoint: str, generate_output: s
                        results_dir: Optional[str] = None) -> dict:
     """The result-file dict of one model (see the module docstring); paths are relative to
     `results_dir` (default: the current folder), so the file names no machine's folders."""
-    from ..compat import load_checkpoint
-    from ..head_masks import head_mask_to_json, load_head_mask
+    from ..checkpoints import load_checkpoint
+    from ..gating.head_masks import head_mask_to_json, load_head_mask
     from .layout import KINDS
 
     if kind not in KINDS:
@@ -171,6 +170,6 @@ def results_dir_of(result_file: str) -> str:
 
 
 def write_model_result(result: dict, path: str) -> None:
-    from ..head_masks import write_atomic
+    from ..files import write_text_atomic
 
-    write_atomic(path, json.dumps(result, indent=1, allow_nan=False) + "\n")
+    write_text_atomic(path, json.dumps(result, indent=1, allow_nan=False) + "\n")

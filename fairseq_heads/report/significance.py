@@ -10,6 +10,9 @@ from typing import List, NamedTuple, Sequence
 
 import numpy as np
 
+from .. import bleu
+from ..bleu import bleu_from_statistics  # noqa: F401  (public here too)
+
 DEFAULT_SAMPLES = 1000
 DEFAULT_SEED = 12345  # sacreBLEU's default seed for its significance tests
 
@@ -21,23 +24,11 @@ class BleuDifference(NamedTuple):
     samples: int
 
 
-def _bleu():
-    from sacrebleu.metrics import BLEU
-
-    return BLEU()  # sacreBLEU's defaults: the signature every result file records
-
-
 def sentence_statistics(hypotheses: Sequence[str], references: Sequence[str]) -> np.ndarray:
     """(sentences, statistics) integer array: one row of BLEU sufficient statistics per sentence."""
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
-    rows = _bleu()._extract_corpus_statistics(list(hypotheses), [list(references)])
-    return np.asarray(rows, dtype=np.int64)
-
-
-def bleu_from_statistics(totals: Sequence[int]) -> float:
-    """Corpus BLEU from summed sufficient statistics (the sum over a corpus's sentences)."""
-    return _bleu()._compute_score_from_stats([int(v) for v in totals]).score
+    return np.asarray(bleu.sentence_statistics(hypotheses, references), dtype=np.int64)
 
 
 def resample_counts(sentences: int, samples: int, seed: int) -> np.ndarray:

@@ -1,16 +1,18 @@
 """The report's tables as rows, from already-loaded result files (pure functions, no I/O).
 
 Inputs: `results`, a list of result-file dicts (fairseq_heads/report/model_result.py);
-`heads`, the rows of the baseline's heads.csv as dicts of strings (csv.DictReader);
+`heads`, the rows of the baseline's heads.csv as dicts of strings (stats.table.read_csv_rows);
 `agreement`, the baseline's agreement.json; `curve`, the rows of curve.csv; `trace`, the
 records of a gate trace. Each builder returns a `Table` (columns + rows of cells), or raises
 `MissingInput` saying what is missing, so the report can skip it with that note.
 """
 import math
-import re
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from ..modules.gated_attention import ATTENTION_TYPES
+from ..heads import ATTENTION_TYPES
+from ..numbers import format_number
+from ..stats.metrics.syntactic import parse_syntactic_column
+from ..stats.table import label_kind, number_or_nan, parse_labels
 from .layout import ALL_L0, BASELINE, ENCODER_L0, FROM_SCRATCH
 
 FUNCTIONS = ("positional", "syntactic", "rare")  # a head's function: the labels of heads.csv
@@ -36,7 +38,7 @@ def by_kind(results: Iterable[dict], kind: str) -> List[dict]:
     return sorted(chosen, key=lambda r: (r.get("l0_lambda") is not None, r.get("l0_lambda") or 0.0))
 
 
-def the_baseline(results: Iterable[dict]) -> dict:
+def baseline_result(results: Iterable[dict]) -> dict:
     found = by_kind(results, BASELINE)
     if not found:
         raise MissingInput("no baseline result (results/baseline/result.json)")
@@ -48,11 +50,7 @@ def format_lambda(value) -> str:
 
 
 def format_cell(value) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return "-" if math.isnan(value) else f"{value:.2f}"
-    return str(value)
+    return format_number(value, 2, "-")
 
 
 def markdown_table(table: Table) -> str:
@@ -66,18 +64,10 @@ def markdown_table(table: Table) -> str:
 def head_functions(labels: str) -> List[str]:
     """'positional(-1);syntactic(nsubj,dep->head);rare' -> ['positional', 'syntactic', 'rare']."""
     names = []
-    for label in (labels or "").split(";"):
-        name = label.strip().split("(", 1)[0]
+    for name in map(label_kind, parse_labels(labels)):
         if name in FUNCTIONS and name not in names:
             names.append(name)
     return names
-
-
-def _float(text) -> float:
-    try:
-        return float(text)
-    except (TypeError, ValueError):
-        return float("nan")
 
 
 # ------------------------------------------------------------------ (1) encoder heads kept
@@ -106,7 +96,7 @@ def encoder_pruning_table(results: Sequence[dict], curve_rows: Optional[Sequence
     if not by_kind(results, ENCODER_L0):
         raise MissingInput("no encoder-only L0 results (kind encoder_l0)")
     curve = curve_points(curve_rows) if curve_rows else []
-    total = the_baseline(results)["heads_total"]["enc-self"]
+    total = baseline_result(results)["heads_total"]["enc-self"]
     rows = []
     for label, kept, bleu in encoder_sweep_points(results):
         nearest = min(curve, key=lambda p: (abs(p[0] - kept), p[0])) if curve else None
@@ -127,7 +117,7 @@ def all_types_table(results: Sequence[dict]) -> Table:
     if not pruned:
         raise MissingInput("no all-attention-types L0 results (kind all_l0)")
     scratch = {r.get("from_model"): r for r in by_kind(results, FROM_SCRATCH)}
-    baseline = the_baseline(results)
+    baseline = baseline_result(results)
     rows = [["baseline", *(f"{baseline['heads_kept'][t]}/{baseline['heads_total'][t]}"
                           for t in ATTENTION_TYPES), baseline["bleu"], None]]
     for result in pruned:
@@ -146,7 +136,7 @@ def bleu_difference_table(results: Sequence[dict],
     model name -> (hypotheses, references) of its fairseq-generate output."""
     from .significance import paired_bootstrap, sentence_statistics
 
-    baseline = the_baseline(results)
+    baseline = baseline_result(results)
     by_name = {r["name"]: r for r in results}
     pairs = []
     for kind in kinds:
@@ -228,8 +218,8 @@ def head_function_table(heads: Sequence[Dict[str, str]]) -> Table:
         if not functions:
             continue
         rows.append([row["type"], int(row["layer"]), int(row["head"]), row.get("labels", ""),
-                     _float(row.get("positional_share")), row.get("syntactic_best") or None,
-                     _float(row.get("syntactic_best_gain")), _float(row.get("rare_share"))])
+                     number_or_nan(row.get("positional_share")), row.get("syntactic_best") or None,
+                     number_or_nan(row.get("syntactic_best_gain")), number_or_nan(row.get("rare_share"))])
     counted = function_counts(heads)
     note = ("heads by function: " + ", ".join(f"{k} {v}" for k, v in counted.items())
             + f" (of {len(heads)} heads)")
@@ -248,9 +238,6 @@ def function_counts(heads: Sequence[Dict[str, str]]) -> Dict[str, int]:
     return counts
 
 
-_SYNTACTIC_COLUMN = re.compile(r"^syntactic_(?P<relation>[a-z:]+)_(?P<direction>.+)$")
-
-
 def syntactic_relation_table(heads: Sequence[Dict[str, str]]) -> Table:
     """Per dependency relation and direction: the best head's accuracy against the positional
     baseline (the most frequent relative position), as in the paper's Figure 5."""
@@ -259,20 +246,20 @@ def syntactic_relation_table(heads: Sequence[Dict[str, str]]) -> Table:
     slots = []
     for column in heads[0]:
         if column.endswith("_baseline"):
-            match = _SYNTACTIC_COLUMN.match(column[:-len("_baseline")])
-            if match:
-                slots.append((match.group("relation"), match.group("direction"), column[:-len("_baseline")]))
+            slot = parse_syntactic_column(column[:-len("_baseline")])
+            if slot:
+                slots.append((*slot, column[:-len("_baseline")]))
     if not slots:
         raise MissingInput("heads.csv has no syntactic columns (stats ran without --conllu)")
     rows = []
     for relation, direction, column in slots:
-        scored = [(r, _float(r.get(column))) for r in heads if not math.isnan(_float(r.get(column)))]
+        scored = [(r, number_or_nan(r.get(column))) for r in heads if not math.isnan(number_or_nan(r.get(column)))]
         if not scored:
-            rows.append([relation, direction.replace("2", "->"), None, None, None, None])
+            rows.append([relation, direction, None, None, None, None])
             continue
         best, accuracy = max(scored, key=lambda item: item[1])
-        baseline = _float(best.get(column + "_baseline"))
-        rows.append([relation, direction.replace("2", "->"),
+        baseline = number_or_nan(best.get(column + "_baseline"))
+        rows.append([relation, direction,
                      f"{best['type']} {best['layer']}/{best['head']}", accuracy, baseline,
                      accuracy - baseline])
     return Table(["relation", "direction", "best head (type layer/head)", "accuracy",

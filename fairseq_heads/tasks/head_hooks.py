@@ -11,8 +11,8 @@ from typing import Optional
 
 import torch.distributed as dist
 
-from ..atomic import write_text_atomic
-from ..head_masks import apply_head_mask, load_head_mask
+from ..files import write_text_atomic
+from ..gating.head_masks import apply_head_mask, load_head_mask
 from ..models.gated_transformer import iter_gates
 
 

@@ -2,9 +2,9 @@ import json
 
 import torch
 
-from fairseq_heads.analysis.agreement import agreement_report, spearman_agreement
-from fairseq_heads.analysis.confidence import ConfidenceAccumulator
-from fairseq_heads.analysis.labels import head_labels
+from fairseq_heads.stats.agreement import agreement_report, spearman_agreement
+from fairseq_heads.stats.metrics.confidence import ConfidenceAccumulator
+from fairseq_heads.stats.labels import head_labels
 
 
 def _confidence(masks, seed=0):

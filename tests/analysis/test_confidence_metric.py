@@ -1,6 +1,6 @@
 import torch
 
-from fairseq_heads.analysis.confidence import ConfidenceAccumulator, confidence_sums
+from fairseq_heads.stats.metrics.confidence import ConfidenceAccumulator, confidence_sums
 
 
 def _uniform_over(mask, heads=2):

@@ -3,16 +3,16 @@ import math
 
 import torch
 
-from fairseq_heads.analysis.duplicate_token import DuplicateTokenAccumulator
-from fairseq_heads.analysis.induction import (
+from fairseq_heads.stats.metrics.duplicate_token import DuplicateTokenAccumulator
+from fairseq_heads.stats.metrics.induction import (
     InductionAccumulator,
     in_context_loss_drop,
     induction_sums,
     repeated_random_probes,
     uniform_induction_score,
 )
-from fairseq_heads.analysis.previous_token import PreviousTokenAccumulator
-from fairseq_heads.analysis.rare import PrefixRareWordAccumulator
+from fairseq_heads.stats.metrics.previous_token import PreviousTokenAccumulator
+from fairseq_heads.stats.metrics.rare import PrefixRareWordAccumulator
 
 
 def uniform_causal(batch: int, heads: int, t: int) -> torch.Tensor:

@@ -1,7 +1,7 @@
 import torch
 
-from fairseq_heads.analysis.labels import positional_labels
-from fairseq_heads.analysis.positional import PositionalAccumulator, argmax_offsets
+from fairseq_heads.stats.labels import positional_labels
+from fairseq_heads.stats.metrics.positional import PositionalAccumulator, argmax_offsets
 
 
 def _offset_head(tokens, offset, heads=1, noise=0.0):

@@ -1,7 +1,7 @@
 import torch
 
-from fairseq_heads.analysis.labels import rare_labels
-from fairseq_heads.analysis.rare import RareWordAccumulator, rare_chance, rare_hits
+from fairseq_heads.stats.labels import rare_labels
+from fairseq_heads.stats.metrics.rare import RareWordAccumulator, rare_chance, rare_hits
 
 
 def _freqs(tokens, eos, values):

@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from fairseq_heads.analysis.streaming import RatioAccumulator, poisson1_weights
+from fairseq_heads.stats.streaming import RatioAccumulator, poisson1_weights
 
 
 def _data(n, shape=(3,), seed=1):

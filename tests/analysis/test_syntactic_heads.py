@@ -1,12 +1,10 @@
 import pytest
 import torch
 
-from fairseq_heads.analysis.labels import syntactic_labels
-from fairseq_heads.analysis.syntactic import (
-    DEP_TO_HEAD,
-    HEAD_TO_DEP,
+from fairseq_heads.stats.labels import syntactic_labels
+from fairseq_heads.stats.metrics.syntactic import DEP_TO_HEAD, HEAD_TO_DEP, SyntacticAccumulator
+from fairseq_heads.stats.syntax.alignment import (
     Arc,
-    SyntacticAccumulator,
     align_subwords_to_words,
     extract_arcs,
     parse_conllu,

@@ -14,14 +14,14 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY
 
 from fairseq_heads import cli
-from fairseq_heads.analysis.capture import python_attention_path
-from fairseq_heads.head_masks import apply_head_mask, model_head_shape
+from fairseq_heads.stats.capture import python_attention_path
+from fairseq_heads.gating.head_masks import apply_head_mask
+from fairseq_heads.heads import heads_per_layer as model_head_shape
 from fairseq_heads.models.gated_transformer import GATED_ARCHITECTURES
 from fairseq_heads.models.gated_transformer_lm import GATED_ARCHITECTURES as GATED_LM_ARCHITECTURES
-from fairseq_heads.modules.gated_attention import iter_attention
+from fairseq_heads.heads import iter_attention
 from fairseq_heads.pruning.physical import physically_prune
 from fairseq_heads.stats import StatsOptions, compute_head_statistics
-from fairseq_heads.stats_output import table_csv
 
 from .helpers import TINY_SIZES, USER_DIR, random_batch
 
@@ -97,7 +97,7 @@ def test_gated_translation_architecture(arch, toy_data_bin, tmp_path):
         metrics=("confidence",), replicates=2, cpu=True, log_format="none", batch_size=100))
     assert len(statistics.rows) == 24 and all(row["confidence"] > 0 for row in statistics.rows)
     scores = tmp_path / "heads.csv"
-    scores.write_text(table_csv(statistics.rows, statistics.columns))
+    scores.write_text(statistics.table.to_csv())
     pruned = tmp_path / "pruned.pt"
     assert cli.main(["prune", "--path", checkpoint, "--out", str(pruned), "--from-importance", str(scores),
                      "--metric", "confidence", "--keep", "10"]) == 0

@@ -1,4 +1,4 @@
-"""fairseq_heads.atomic: what a killed writer leaves is removed by the next write of the same
+"""fairseq_heads.files: what a killed writer leaves is removed by the next write of the same
 target, a live writer's temporaries are kept, and outputs get the modes a plain open() gives."""
 import os
 import signal
@@ -9,14 +9,14 @@ import textwrap
 
 import pytest
 
-from fairseq_heads import atomic
+from fairseq_heads import files as atomic
 
 
 def killed_mid_write(target, kind):
     """Run a writer of `target` in a subprocess that is SIGKILLed inside the atomic block."""
     code = textwrap.dedent(f"""
         import os, signal
-        from fairseq_heads import atomic
+        from fairseq_heads import files as atomic
         with atomic.{"atomic_path" if kind == "file" else "staged_dir"}({str(target)!r}) as tmp:
             open(os.path.join(tmp, "part") if os.path.isdir(tmp) else tmp, "w").write("half")
             os.kill(os.getpid(), signal.SIGKILL)

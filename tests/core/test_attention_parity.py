@@ -36,7 +36,7 @@ import pytest
 import torch
 from fairseq.modules import MultiheadAttention
 
-from fairseq_heads.modules.gated_attention import (
+from fairseq_heads.gating.gated_attention import (
     GatedMultiheadAttention,
     is_causal_mask,
     pad_key_columns,

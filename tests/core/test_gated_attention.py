@@ -5,10 +5,10 @@ import copy
 import pytest
 import torch
 
-from fairseq_heads.analysis.capture import python_attention_path
-from fairseq_heads.head_masks import apply_head_mask
+from fairseq_heads.stats.capture import python_attention_path
+from fairseq_heads.gating.head_masks import apply_head_mask
 from fairseq_heads.models.gated_transformer import expected_l0, iter_gates, open_heads_per_type
-from fairseq_heads.modules.gated_attention import (
+from fairseq_heads.gating.gated_attention import (
     MIN_SDPA_QUERIES_ON_CPU,
     GatedMultiheadAttention,
     iter_attention,

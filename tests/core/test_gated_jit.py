@@ -7,10 +7,12 @@ import pytest
 import torch
 from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
 
-from fairseq_heads.head_masks import apply_head_mask
+from fairseq_heads.gating.head_masks import apply_head_mask
 from fairseq_heads.pruning.physical import physically_prune
 
-from fairseq_heads.modules.gated_attention import GatedMultiheadAttention, iter_attention
+from fairseq_heads.gating.gated_attention import GatedMultiheadAttention
+
+from fairseq_heads.heads import iter_attention
 
 from .helpers import build_model, random_batch, write_dictionaries
 from .rounding import max_difference, model_rounding_tolerance, one_thread  # noqa: F401

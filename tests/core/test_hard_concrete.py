@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from fairseq_heads.modules.hard_concrete import (
+from fairseq_heads.gating.hard_concrete import (
     HardConcreteGate,
     deterministic_gates,
     prob_nonzero,

@@ -6,8 +6,8 @@ import shutil
 import pytest
 import torch
 
-from fairseq_heads.compat import load_checkpoint
-from fairseq_heads.gate_table import gate_rows
+from fairseq_heads.checkpoints import load_checkpoint
+from fairseq_heads.gating.gate_table import gate_rows
 
 from .helpers import TINY_SIZES, USER_DIR, run_cli
 

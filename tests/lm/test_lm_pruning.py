@@ -8,9 +8,10 @@ from fairseq import checkpoint_utils
 
 from core.helpers import USER_DIR, run_cli
 from fairseq_heads.compat import patch_fairseq_checkpoint_loading
-from fairseq_heads.head_masks import apply_head_mask
+from fairseq_heads.gating.head_masks import apply_head_mask
 from fairseq_heads.models.gated_transformer import iter_gates
-from fairseq_heads.pruning.checkpoint import as_gated_transformer, build_model_from_state, checkpoint_model_options
+from fairseq_heads.checkpoints import model_options as checkpoint_model_options
+from fairseq_heads.pruning.checkpoint import as_gated_transformer, build_model_from_state
 
 KEEP = {"dec-self": [[1, 0, 0, 1], [0, 1, 1, 1]]}
 

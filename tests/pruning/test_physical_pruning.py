@@ -6,9 +6,9 @@ import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
-from fairseq_heads.head_masks import apply_head_mask, head_mask_from_gates
+from fairseq_heads.gating.head_masks import apply_head_mask, head_mask_from_gates
 from fairseq_heads.models.gated_transformer import iter_gates
-from fairseq_heads.modules.gated_attention import iter_attention
+from fairseq_heads.heads import iter_attention
 from fairseq_heads.pruning import HeadlessAttention, HeadPruningError, head_layout, physically_prune
 from fairseq_heads.pruning.physical import count_parameters, head_layout_json
 

@@ -8,11 +8,12 @@ import torch
 from fairseq import checkpoint_utils
 
 from fairseq_heads.cli import main
-from fairseq_heads.compat import load_checkpoint
-from fairseq_heads.head_masks import apply_head_mask
+from fairseq_heads.checkpoints import load_checkpoint
+from fairseq_heads.gating.head_masks import apply_head_mask
 from fairseq_heads.models.gated_transformer import GatedTransformerModel
 from fairseq_heads.pruning import head_layout
-from fairseq_heads.pruning.checkpoint import build_model_from_state, checkpoint_model_options
+from fairseq_heads.checkpoints import model_options as checkpoint_model_options
+from fairseq_heads.pruning.checkpoint import build_model_from_state
 from fairseq_heads.pruning.curve import corpus_bleu, translate
 
 from core.helpers import USER_DIR, random_batch, run_cli

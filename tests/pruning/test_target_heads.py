@@ -6,16 +6,16 @@ import pytest
 import torch
 from fairseq import checkpoint_utils
 
-from fairseq_heads.head_masks import head_mask_from_gates
+from fairseq_heads.gating.head_masks import head_mask_from_gates
 from fairseq_heads.models.gated_transformer import expected_l0, iter_gates, open_heads_per_type
-from fairseq_heads.modules.hard_concrete import prob_nonzero
-from fairseq_heads.pruning.head_target import (
+from fairseq_heads.gating.hard_concrete import prob_nonzero
+from fairseq_heads.gating.head_target import (
     HeadTargetError,
     install_head_target,
     installed_head_target,
     parse_head_target,
 )
-from fairseq_heads.pruning.lagrangian import HeadCountLagrangian
+from fairseq_heads.criterions.lagrangian import HeadCountLagrangian
 
 from core.helpers import build_model, write_dictionaries
 
@@ -99,8 +99,8 @@ def test_training_with_target_heads_ends_with_exactly_k_heads(target_run, toy_da
     model = load(checkpoint, toy_data_bin.data_bin)
     assert sum(n for n, _ in open_heads_per_type(model).values()) == TARGET
     # the gate table read from the raw checkpoint applies the same rule
-    from fairseq_heads.compat import load_checkpoint
-    from fairseq_heads.gate_table import gate_rows
+    from fairseq_heads.checkpoints import load_checkpoint
+    from fairseq_heads.gating.gate_table import gate_rows
 
     rows = gate_rows(load_checkpoint(str(checkpoint)))
     assert sum(row.kept for row in rows) == TARGET

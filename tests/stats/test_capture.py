@@ -3,10 +3,10 @@ import conllu
 import pytest
 import torch
 
-from fairseq_heads.analysis.capture import capture_heads
-from fairseq_heads.conllu_index import ConlluIndex
-from fairseq_heads.modules.gated_attention import iter_attention
-from fairseq_heads.stats import fill_unknown_pieces
+from fairseq_heads.stats.capture import capture_heads
+from fairseq_heads.stats.syntax.conllu_index import ConlluIndex
+from fairseq_heads.heads import iter_attention
+from fairseq_heads.stats.syntax.alignment import fill_unknown_pieces
 from tests.core.helpers import build_model, random_batch, write_dictionaries
 
 

@@ -3,8 +3,8 @@ its inputs, less what the biases absorb; plain gradient x input does not."""
 import pytest
 import torch
 
-from fairseq_heads.analysis.capture import capture_heads
-from fairseq_heads.analysis.lrp import (
+from fairseq_heads.stats.capture import capture_heads
+from fairseq_heads.stats.metrics.lrp import (
     conservative_lrp_rules,
     lrp_head_relevance,
     normalise_over_layer,

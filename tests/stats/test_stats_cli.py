@@ -9,7 +9,7 @@ import torch
 from fairseq import options, tasks
 
 from fairseq_heads import cli
-from fairseq_heads.analysis.labels import PAPER_THRESHOLDS
+from fairseq_heads.stats.labels import PAPER_THRESHOLDS
 from fairseq_heads.models.gated_transformer import iter_gates
 from fairseq_heads.stats import LM_METRICS, METRICS, StatsOptions, compute_head_statistics
 
@@ -120,8 +120,9 @@ def test_detectors_agree_with_attention_computed_by_hand(stats_dir, toy_data_bin
     (the parse of sentence i is the i-th CoNLL-U sentence, whatever the batch order)."""
     from fairseq import checkpoint_utils
 
-    from fairseq_heads.analysis.syntactic import prepare_sentence, query_hits, syntactic_queries
-    from fairseq_heads.conllu_index import ConlluIndex
+    from fairseq_heads.stats.metrics.syntactic import query_hits, syntactic_queries
+    from fairseq_heads.stats.syntax.alignment import prepare_sentence
+    from fairseq_heads.stats.syntax.conllu_index import ConlluIndex
 
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [trained_checkpoint], arg_overrides={"data": str(toy_data_bin.data_bin)})

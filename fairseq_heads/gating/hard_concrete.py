@@ -1,0 +1,137 @@
+"""The Hard Concrete distribution (Louizos, Welling & Kingma 2018, "Learning Sparse Neural
+Networks through L0 Regularization", sec. 4) as small pure functions, plus a per-head gate module.
+
+A gate z is drawn as
+    u ~ U(0, 1),  s = sigmoid((log u - log(1 - u) + log_alpha) / temperature),
+    z = clamp(s * (high - low) + low, 0, 1)
+with stretch (low, high) = (-0.1, 1.1) so that z is exactly 0 or 1 with non-zero probability.
+"""
+import math
+from typing import Callable, List, Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+
+DEFAULT_TEMPERATURE = 1.0 / 3.0
+DEFAULT_STRETCH = (-0.1, 1.1)
+# sigmoid(3) * 1.2 - 0.1 = 1.04 > 1: the deterministic gate starts exactly open, so a gated model
+# fine-tuned from a plain checkpoint starts from that checkpoint's function.
+DEFAULT_INIT_LOG_ALPHA = 3.0
+
+
+def check_gate_parameters(temperature: float, low: float, high: float) -> None:
+    if not temperature > 0:
+        raise ValueError(f"gate temperature must be > 0, got {temperature}")
+    if not (low < 0 and high > 1):
+        raise ValueError(f"gate stretch must satisfy low < 0 and high > 1, got ({low}, {high})")
+
+
+def sample_gates(log_alpha: Tensor, temperature: float, low: float, high: float,
+                 generator: Optional[torch.Generator] = None) -> Tensor:
+    """One reparameterised Hard Concrete sample per element of log_alpha (differentiable)."""
+    eps = 1e-6  # keeps log(u) and log(1-u) finite
+    u = torch.rand(log_alpha.shape, generator=generator, dtype=log_alpha.dtype,
+                   device=log_alpha.device).clamp(eps, 1 - eps)
+    s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + log_alpha) / temperature)
+    return (s * (high - low) + low).clamp(0.0, 1.0)
+
+
+def deterministic_gates(log_alpha: Tensor, low: float, high: float) -> Tensor:
+    """The test-time gate of Louizos et al.: the stretched, clamped sigmoid of log_alpha."""
+    return (torch.sigmoid(log_alpha) * (high - low) + low).clamp(0.0, 1.0)
+
+
+def prob_nonzero(log_alpha: Tensor, temperature: float, low: float, high: float) -> Tensor:
+    """P(z != 0) in closed form: the relaxed L0 norm of one gate."""
+    return torch.sigmoid(log_alpha - temperature * math.log(-low / high))
+
+
+def prob_zero(log_alpha: Tensor, temperature: float, low: float, high: float) -> Tensor:
+    return 1.0 - prob_nonzero(log_alpha, temperature, low, high)
+
+
+def prob_one(log_alpha: Tensor, temperature: float, low: float, high: float) -> Tensor:
+    """P(z == 1) in closed form (s above (1 - low) / (high - low))."""
+    return torch.sigmoid(log_alpha - temperature * math.log((1.0 - low) / (high - 1.0)))
+
+
+def is_gate_parameter(parameter: Tensor) -> bool:
+    """Marks gate log-alphas for optimizers (e.g. `gate_adam`), which see parameters, not names."""
+    return getattr(parameter, "is_head_gate", False)
+
+
+class HardConcreteGate(nn.Module):
+    """One trainable gate per head.
+
+    Training mode draws a fresh sample per forward call; eval mode returns the deterministic
+    gate. `fix(mask)` pins the gates to a 0/1 mask in every mode (head masks, pruned layouts).
+    """
+
+    def __init__(self, num_gates: int, temperature: float = DEFAULT_TEMPERATURE,
+                 stretch: Tuple[float, float] = DEFAULT_STRETCH,
+                 init_log_alpha: float = DEFAULT_INIT_LOG_ALPHA):
+        super().__init__()
+        check_gate_parameters(temperature, *stretch)
+        self.temperature = temperature
+        self.low, self.high = stretch
+        self.log_alpha = nn.Parameter(torch.full((num_gates,), float(init_log_alpha)))
+        self.log_alpha.is_head_gate = True
+        # Not persistent: a mask is a property of how the model is used, not of its weights.
+        self.register_buffer("fixed_mask", None, persistent=False)
+        # The open/closed decision under a head target (gating/head_target.py), gate -> bool
+        # mask; None: the plain rule (deterministic gate > 0). Python only, never scripted.
+        self.open_rule: Optional[Callable[["HardConcreteGate"], Tensor]] = None
+
+    @property
+    def num_gates(self) -> int:
+        return self.log_alpha.numel()
+
+    def fix(self, mask: Tensor) -> None:
+        mask = torch.as_tensor(mask, dtype=self.log_alpha.dtype, device=self.log_alpha.device)
+        if mask.shape != self.log_alpha.shape:
+            raise ValueError(f"gate mask has shape {tuple(mask.shape)}, expected {tuple(self.log_alpha.shape)}")
+        self.fixed_mask = mask
+
+    def unfix(self) -> None:
+        self.fixed_mask = None
+
+    def keep_only(self, gates: List[int]) -> None:
+        """Keep the gates at these indices, in this order (physical head pruning)."""
+        index = torch.as_tensor(list(gates), dtype=torch.long, device=self.log_alpha.device)
+        self.log_alpha = nn.Parameter(self.log_alpha.detach().index_select(0, index).clone())
+        self.log_alpha.is_head_gate = True
+        if self.fixed_mask is not None:
+            self.fixed_mask = self.fixed_mask.index_select(0, index)
+
+    def forward(self) -> Tensor:
+        if self.fixed_mask is not None:
+            return self.fixed_mask
+        if self.training:
+            return sample_gates(self.log_alpha, self.temperature, self.low, self.high)
+        gates = deterministic_gates(self.log_alpha, self.low, self.high)
+        if not torch.jit.is_scripting() and self.open_rule is not None:
+            gates = gates * self.open_rule(self).to(gates.dtype)  # closed by the target: 0
+        return gates
+
+    def expected_l0(self) -> Tensor:
+        """Σ P(gate != 0): the penalty. A fixed mask counts its open heads (no gradient)."""
+        if self.fixed_mask is not None:
+            return self.fixed_mask.sum()
+        return prob_nonzero(self.log_alpha, self.temperature, self.low, self.high).sum()
+
+    def prob_open(self) -> Tensor:
+        if self.fixed_mask is not None:
+            return self.fixed_mask
+        return prob_nonzero(self.log_alpha, self.temperature, self.low, self.high)
+
+    def is_open(self) -> Tensor:
+        """The head-keeping rule: a head is kept when its deterministic gate is > 0, or, under a
+        head target, when the target's top-K rule keeps it (head_target.py)."""
+        if self.fixed_mask is not None:
+            return self.fixed_mask > 0
+        if self.open_rule is not None:
+            return self.open_rule(self)
+        return deterministic_gates(self.log_alpha, self.low, self.high) > 0
+
+    def extra_repr(self) -> str:
+        return f"num_gates={self.num_gates}, temperature={self.temperature:.4g}, stretch=({self.low}, {self.high})"

@@ -1,0 +1,18 @@
+"""Per-head statistics (`fairseq-heads stats`, `fairseq-heads plot`): what each head does.
+
+metrics/ (one file per statistic: definition + streaming accumulator), syntax/ (CoNLL-U and
+subword alignment), streaming.py (ratios + Poisson bootstrap), capture.py (what a forward pass
+shows of each head), registry.py + builtin.py (one spec per metric), collect.py (the batch
+loop), table.py (the heads table, its files), run.py (the run), output.py + figures.py (the
+stats folder). docs/architecture.md draws the data flow; docs/metrics.md defines each metric.
+"""
+from . import builtin  # noqa: F401  (registers the built-in metrics, in column order)
+from .options import DEFAULT_LM_OFFSETS, StatsOptions, default_metrics, parse_metrics  # noqa: F401
+from .output import check_out_dir, redraw_figures, write_statistics  # noqa: F401
+from .registry import LANGUAGE_MODEL, Metric, StatsError, metric, metric_names, register, unregister  # noqa: F401
+from .run import HeadStatistics, compute_head_statistics  # noqa: F401
+from .table import HeadTable, read_json  # noqa: F401
+
+METRICS = metric_names()  # the built-in metrics, in heads.csv column order
+LM_METRICS = tuple(m for m in METRICS if metric(m).model_kinds == (LANGUAGE_MODEL,))
+DEFAULT_METRICS = default_metrics(StatsOptions(), language_model=False)  # + syntactic with --conllu

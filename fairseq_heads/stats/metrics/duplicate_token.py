@@ -1,0 +1,56 @@
+"""Duplicate-token heads of a causal model: attention to earlier copies of the query's token.
+
+Definition (exactly what is computed), per head, pooled over the subset:
+
+    mass(head)   = sum_{q in Q} sum_{k < q, x_k == x_q} a[head, q, k] / |Q|
+    chance(head) = sum_{q in Q} #{k < q : x_k == x_q} / #K_q / |Q|
+
+Q: real query tokens (not pad, not EOS) with at least one earlier real occurrence of their own
+token in the block; K_q: the real tokens at positions <= q.  ``chance`` is what uniform attention
+over the prefix scores; a head attending only to earlier copies scores mass 1.
+
+Label (stated before any model was scored): ``duplicate-token`` when mass >= 0.5.
+Bootstrap unit: the sentence / block.
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+
+from ._batch import AttentionInput, check_shapes, expand_mask, per_layer
+from .previous_token import causal_key_mask
+from ..streaming import PairedRatioAccumulator
+
+DUPLICATE_TOKEN_THRESHOLD = 0.5
+
+
+def earlier_copies(tokens: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T, T) bool: key k < q is a real token equal to the query's token."""
+    same = tokens.unsqueeze(2) == tokens.unsqueeze(1)
+    strictly_before = torch.ones_like(same[0]).tril(-1)
+    return same & strictly_before & token_mask.unsqueeze(1) & token_mask.unsqueeze(2)
+
+
+def duplicate_token_sums(attn: torch.Tensor, tokens: torch.Tensor, token_mask: torch.Tensor
+                         ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-sentence (mass numerator, chance numerator, denominator), each (B, *heads)."""
+    num_head_dims = check_shapes(attn, token_mask, token_mask)
+    copies = earlier_copies(tokens, token_mask)  # (B, T, T)
+    queries = copies.any(-1)
+    lead = token_mask.shape[:1] + (1,) * num_head_dims
+    mass_per_query = (attn.to(torch.float64) * copies.reshape(lead + copies.shape[1:])).sum(-1)
+    prefix = causal_key_mask(token_mask).sum(-1).clamp(min=1).to(torch.float64)
+    chance_per_query = copies.sum(-1).to(torch.float64) / prefix
+    q = expand_mask(queries, num_head_dims).to(torch.float64)
+    mass = (mass_per_query * q).sum(-1)
+    chance = (chance_per_query.reshape(lead + chance_per_query.shape[1:]) * q).sum(-1).expand_as(mass)
+    count = q.sum(-1).expand_as(mass)
+    return mass, chance, count
+
+
+class DuplicateTokenAccumulator(PairedRatioAccumulator):
+    """Streams :func:`duplicate_token_sums`; finalize gives (mass, chance) of head_shape."""
+
+    def update(self, attn: AttentionInput, tokens: torch.Tensor, token_mask: torch.Tensor) -> None:
+        self.update_pair(*per_layer(duplicate_token_sums, attn, tokens, token_mask))

@@ -1,0 +1,128 @@
+"""Induction heads (Olsson et al. 2022, "In-context Learning and Induction Heads", Sec. 2).
+
+Probes: a start token (the dictionary's EOS, fairseq's document break) followed by a sequence of
+L tokens drawn uniformly from the vocabulary (specials and fairseq's ``madeupword`` fillers
+excluded), written twice:  ``[eos, x_1 .. x_L, x_1 .. x_L]`` (positions 0 .. 2L).
+
+Per head and probe, the *induction score* is the mean attention from each second-half position
+p = L+1 .. 2L to the position right after the earlier occurrence of its token, p - (L-1):
+
+    induction(head) = sum_probes sum_{p=L+1}^{2L} a[head, p, p-L+1] / (#probes * L)
+
+A head that always attends there scores 1; uniform causal attention scores
+mean_p 1/(p+1).  Label (our threshold, stated before any model was scored): ``induction`` when
+the score >= 0.4.
+
+*In-context loss drop* (model level, not per head): per probe, the mean next-token loss (nats)
+on x_2 .. x_L of the first copy minus that on x_2 .. x_L of the second copy (the same tokens:
+only the context differs).  A model without in-context copying scores ~0; one that copies
+perfectly scores ~ln(V).  Bootstrap unit for both: the probe.
+"""
+from __future__ import annotations
+
+from typing import Dict, Sequence, Tuple
+
+import torch
+
+from ...numbers import as_float
+from ._batch import AttentionInput, per_layer
+from ..streaming import DEFAULT_REPLICATES, DEFAULT_SEED, RatioAccumulator
+
+INDUCTION_THRESHOLD = 0.4
+DEFAULT_LENGTHS = (16, 32, 64)
+DEFAULT_PROBES = 64
+
+
+def probe_vocabulary(dictionary) -> torch.Tensor:
+    """Ids of a fairseq Dictionary's ordinary symbols (no specials, no madeupword padding)."""
+    ids = [i for i in range(dictionary.nspecial, len(dictionary))
+           if not dictionary[i].startswith("madeupword")]
+    if len(ids) < 2:
+        raise ValueError("the dictionary has fewer than 2 ordinary symbols to draw probes from")
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def repeated_random_probes(vocabulary: torch.Tensor, length: int, count: int, start_token: int,
+                           generator: torch.Generator) -> torch.Tensor:
+    """(count, 1 + 2 * length) probes ``[start, x, x]`` with x uniform over ``vocabulary``."""
+    draws = torch.randint(len(vocabulary), (count, length), generator=generator)
+    sequence = vocabulary[draws]
+    start = torch.full((count, 1), start_token, dtype=torch.long)
+    return torch.cat([start, sequence, sequence], dim=1)
+
+
+def induction_sums(attn: torch.Tensor, length: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per-probe (sum over second-half positions of the attention to p-(L-1), L), each (B, *heads)."""
+    if attn.shape[-1] != 1 + 2 * length or attn.shape[-2] != 1 + 2 * length:
+        raise ValueError(f"probes of length {length} give {1 + 2 * length} positions, "
+                         f"attention has {tuple(attn.shape[-2:])}")
+    # a[p, p-(L-1)] for p = L+1..2L is the diagonal at offset -(L-1), from its 3rd entry on
+    diagonal = torch.diagonal(attn.to(torch.float64), offset=-(length - 1), dim1=-2, dim2=-1)
+    total = diagonal[..., 2:].sum(-1)
+    return total, torch.full_like(total, float(length))
+
+
+def in_context_loss_drop(lprobs: torch.Tensor, probes: torch.Tensor, length: int) -> torch.Tensor:
+    """(B,) mean loss on x_2..x_L of the first copy minus on x_2..x_L of the second copy.
+
+    ``lprobs`` (B, T, V) are next-token log-probabilities at every position of ``probes``."""
+    nll = -lprobs[:, :-1].gather(-1, probes[:, 1:].unsqueeze(-1)).squeeze(-1).to(torch.float64)
+    # nll[:, t] is the loss of the token at position t+1; x_2..x_L sit at 2..L and L+2..2L
+    first = nll[:, 1:length].mean(-1)
+    second = nll[:, length + 1:2 * length].mean(-1)
+    return first - second
+
+
+def uniform_induction_score(length: int) -> float:
+    """What uniform causal attention scores (closed form, for tests and as a chance level)."""
+    return sum(1.0 / (p + 1) for p in range(length + 1, 2 * length + 1)) / length
+
+
+class InductionAccumulator:
+    """Streams induction scores (per head) and the loss drop (per model), per probe length.
+
+    finalize -> {"all": (scores, loss_drop), L: (scores, loss_drop), ...}: scores of head_shape,
+    loss drop of shape ().  All lengths share the seed: probes are resampled jointly."""
+
+    def __init__(self, head_shape: Sequence[int], lengths: Sequence[int] = DEFAULT_LENGTHS,
+                 replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED):
+        self.head_shape = tuple(head_shape)
+        self.lengths = tuple(int(n) for n in lengths)
+        make = lambda shape: RatioAccumulator(shape, replicates=replicates, seed=seed)  # noqa: E731
+        self.scores = {key: make(self.head_shape) for key in ("all",) + self.lengths}
+        self.drop = {key: make(()) for key in ("all",) + self.lengths}
+
+    def update(self, attn: AttentionInput, lprobs: torch.Tensor, probes: torch.Tensor, length: int) -> None:
+        total, count = per_layer(induction_sums, attn, length)
+        drop = in_context_loss_drop(lprobs, probes, length)
+        ones = torch.ones_like(drop)
+        for key in ("all", length):
+            self.scores[key].update(total, count)
+            self.drop[key].update(drop, ones)
+
+    def finalize(self):
+        return {key: (self.scores[key].finalize(), self.drop[key].finalize()) for key in self.scores}
+
+    def replicate_estimates(self) -> torch.Tensor:
+        return self.scores["all"].replicate_estimates()
+
+
+def induction_column(length: int) -> str:
+    """The heads-table column of the score on probes of length L: induction_L16, ..."""
+    return f"induction_L{length}"
+
+
+def induction_meta(induction) -> Dict[str, object]:
+    """The model-level numbers of the induction probes: loss drop (nats/token) with its interval
+    per probe length, and the uniform-attention chance score."""
+    meta: Dict[str, object] = {"loss_drop": {}, "chance": {}}
+    for key, (_, drop) in induction.items():
+        meta["loss_drop"][str(key)] = {"estimate": as_float(drop.estimate), "ci_low": as_float(drop.ci_low),
+                                       "ci_high": as_float(drop.ci_high), "probes": as_float(drop.count)}
+    lengths = [key for key in induction if key != "all"]
+    for key in lengths:
+        meta["chance"][str(key)] = uniform_induction_score(key)
+    # the pooled score weighs each probe length by its L second-half positions
+    meta["chance"]["all"] = (sum(k * meta["chance"][str(k)] for k in lengths) / sum(lengths)
+                             if lengths else float("nan"))
+    return meta

@@ -1,0 +1,224 @@
+"""Rare-word heads (Voita et al. 2019, Sec. 4.4).
+
+Definition (exactly what is computed), per sentence s and head:
+
+    m_s[k]  = mean over selected queries q of a_s[head, q, k]      (average attention a key receives)
+    k*_s    = argmax over selected keys k of m_s[k]                (ties -> earliest position)
+    f_s[k]  = key_freq of the token at key k (e.g. fairseq dictionary counts)
+    rarest_s          = 1 if f_s[k*_s] == min_k f_s[k]                       else 0
+    two_rarest_s      = 1 if f_s[k*_s] <= second smallest of sorted(f_s)     else 0
+
+    share_rarest(head)     = sum_s rarest_s / #sentences
+    share_two_rarest(head) = sum_s two_rarest_s / #sentences
+
+Queries and keys are the selected (real, non-EOS, non-pad) positions; EOS is neither
+averaged over nor a candidate key.  Tokens are the model's tokens (subwords).
+
+Ties: every key whose frequency equals the minimum is "the rarest" (a repeated rare token,
+or several tokens with the same count).  "Second smallest of sorted(f_s)" counts
+duplicates, so with frequencies [1, 1, 5] the two rarest are the two 1s, and with [1, 3, 3]
+both 3s qualify as second rarest.
+
+Chance levels (the score of a head picking a uniformly random key), per sentence:
+
+    chance_rarest_s     = #{k : f_s[k] == min f_s} / n_s
+    chance_two_rarest_s = #{k : f_s[k] <= second smallest f_s} / n_s
+
+i.e. 1/n and min(2, n)/n adjusted for ties, averaged over the same sentences.
+
+Sentence filter: sentences with fewer than ``min_keys`` (default 2) selected keys are
+skipped — with one key every head trivially "finds" the rarest token.  The paper only
+scored sentences whose rarest token is genuinely rare (not among the 500 most frequent
+types); ``max_rarest_freq`` reproduces that: skip sentences whose minimum key frequency is
+above it (e.g. the count of the 500th most frequent dictionary entry).
+
+Labelling default (see :func:`labels.rare_labels`): share_rarest >= 0.5.  Why: chance is
+about 1/n (~0.04 for 25-token sentences), so pointing at the single rarest token in the
+majority of sentences is an order of magnitude above chance, and the paper's rare-word
+head (rarest token in roughly two thirds of the scored sentences) clears it.
+Bootstrap unit: the sentence.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Sequence, Tuple
+
+import torch
+
+from ._batch import AttentionInput, check_shapes, expand_mask, masked_argmax, per_layer
+from ..streaming import DEFAULT_REPLICATES, DEFAULT_SEED, RatioAccumulator, RatioEstimate
+
+DEFAULT_MIN_KEYS = 2
+
+
+def rarity_thresholds(key_freq: torch.Tensor, key_mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Smallest and second-smallest (with duplicates) frequency among selected keys, each (B,).
+
+    Sentences with one selected key get that key's frequency for both; with none, +inf.
+    """
+    freq = key_freq.to(torch.float64).masked_fill(~key_mask, float("inf"))
+    ordered = freq.sort(-1).values
+    smallest = ordered[:, 0]
+    second = ordered[:, 1] if ordered.shape[1] > 1 else smallest
+    second = torch.where(torch.isinf(second), smallest, second)
+    return smallest, second
+
+
+def sentence_filter(
+    key_mask: torch.Tensor,
+    key_freq: torch.Tensor,
+    query_mask: torch.Tensor,
+    min_keys: int = DEFAULT_MIN_KEYS,
+    max_rarest_freq: Optional[float] = None,
+) -> torch.Tensor:
+    """Which sentences are scored, (B,) bool (see module doc)."""
+    keep = (key_mask.sum(-1) >= max(min_keys, 1)) & query_mask.any(-1)
+    if max_rarest_freq is not None:
+        smallest, _ = rarity_thresholds(key_freq, key_mask)
+        keep &= smallest <= max_rarest_freq
+    return keep
+
+
+def rare_hits(
+    attn: torch.Tensor, query_mask: torch.Tensor, key_mask: torch.Tensor, key_freq: torch.Tensor
+) -> Tuple[torch.Tensor]:
+    """Per-sentence hits, (B, *heads, 2): [..., 0] rarest, [..., 1] one of the two rarest (0/1 floats)."""
+    num_head_dims = check_shapes(attn, query_mask, key_mask)
+    if tuple(key_freq.shape) != tuple(key_mask.shape):
+        raise ValueError(f"key_freq must have the key_mask shape {tuple(key_mask.shape)}, got {tuple(key_freq.shape)}")
+    q = expand_mask(query_mask, num_head_dims).unsqueeze(-1).to(torch.float64)  # (B, 1.., Tq, 1)
+    n_queries = q.sum(-2).clamp(min=1.0)
+    mean_attention = (attn.to(torch.float64) * q).sum(-2) / n_queries  # (B, *heads, Tk)
+    best_key = masked_argmax(mean_attention, expand_mask(key_mask, num_head_dims))  # (B, *heads)
+    batch = best_key.shape[0]
+    best_freq = key_freq.to(torch.float64).gather(1, best_key.reshape(batch, -1)).reshape(best_key.shape)
+    smallest, second = rarity_thresholds(key_freq, key_mask)
+    shape = (batch,) + (1,) * num_head_dims
+    hits = torch.stack([best_freq == smallest.reshape(shape), best_freq <= second.reshape(shape)], dim=-1)
+    return (hits.to(torch.float64),)
+
+
+def rare_chance(key_freq: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+    """Per-sentence chance levels, (B, 2): [:, 0] rarest, [:, 1] two rarest (tie-adjusted; 0 if no keys)."""
+    smallest, second = rarity_thresholds(key_freq, key_mask)
+    freq = key_freq.to(torch.float64)
+    n = key_mask.sum(-1).to(torch.float64).clamp(min=1.0)
+    at_min = ((freq == smallest[:, None]) & key_mask).sum(-1) / n
+    at_two = ((freq <= second[:, None]) & key_mask).sum(-1) / n
+    return torch.stack([at_min, at_two], dim=-1)
+
+
+class RareWordResult(NamedTuple):
+    """Shares per head (*head_shape) and chance levels (scalars), each a :class:`RatioEstimate`.
+
+    ``count`` is the number of scored sentences.
+    """
+
+    rarest: RatioEstimate
+    two_rarest: RatioEstimate
+    chance_rarest: RatioEstimate
+    chance_two_rarest: RatioEstimate
+
+
+def _pick(estimate: RatioEstimate, index: int) -> RatioEstimate:
+    return RatioEstimate(*(t[..., index] for t in estimate))
+
+
+class RareWordAccumulator:
+    """Streams rare-word hits and chance levels; sentences are the ratio units.
+
+    Args:
+        head_shape: ``(H,)`` for single-layer updates, ``(L, H)`` for lists of L layers.
+        min_keys, max_rarest_freq: sentence filter (see module doc).
+    The chance accumulator uses the same seed, so its replicates use the same resamples.
+    """
+
+    def __init__(
+        self,
+        head_shape: Sequence[int],
+        min_keys: int = DEFAULT_MIN_KEYS,
+        max_rarest_freq: Optional[float] = None,
+        replicates: int = DEFAULT_REPLICATES,
+        seed: int = DEFAULT_SEED,
+    ):
+        self.head_shape = tuple(head_shape)
+        self.min_keys = min_keys
+        self.max_rarest_freq = max_rarest_freq
+        self.hits = RatioAccumulator(self.head_shape + (2,), replicates=replicates, seed=seed)
+        self.chance = RatioAccumulator((2,), replicates=replicates, seed=seed)
+
+    def update(
+        self, attn: AttentionInput, query_mask: torch.Tensor, key_mask: torch.Tensor, key_freq: torch.Tensor
+    ) -> None:
+        (hits,) = per_layer(rare_hits, attn, query_mask, key_mask, key_freq)
+        keep = sentence_filter(key_mask, key_freq, query_mask, self.min_keys, self.max_rarest_freq)
+        scored = keep.to(torch.float64)
+        hit_weight = scored.reshape((-1,) + (1,) * (hits.dim() - 1))
+        self.hits.update(hits * hit_weight, hit_weight.expand_as(hits))
+        self.chance.update(rare_chance(key_freq, key_mask) * scored[:, None], scored[:, None].expand(-1, 2))
+
+    def finalize(self) -> RareWordResult:
+        hits = self.hits.finalize()
+        chance = self.chance.finalize()
+        return RareWordResult(_pick(hits, 0), _pick(hits, 1), _pick(chance, 0), _pick(chance, 1))
+
+    def replicate_estimates(self) -> torch.Tensor:
+        """Bootstrap replicates of the shares, (R, *head_shape, 2): [..., 0] rarest, [..., 1] two rarest."""
+        return self.hits.replicate_estimates()
+
+
+# ---------------------------------------------------------------- causal models (prefix)
+#
+# A decoder-only model's query q sees only its prefix, so the rare-word question is asked per
+# query: does q's argmax key (among the real tokens at positions <= q) hold the least frequent
+# token of that prefix?  Per query q with at least ``min_keys`` real prefix tokens:
+#
+#     rarest_q     = 1 if f[argmax_k a[q, k]] == min_{k <= q} f[k]
+#     two_rarest_q = 1 if f[argmax_k a[q, k]] <= second smallest of the prefix's f (duplicates count)
+#     chance_q     = #{k <= q : f[k] == min f} / n_q   (uniform attention over the prefix)
+#
+# shares are token-weighted (sum over queries / number of queries); bootstrap unit the block.
+
+
+def prefix_rare_hits(attn: torch.Tensor, token_mask: torch.Tensor, key_freq: torch.Tensor,
+                     min_keys: int = DEFAULT_MIN_KEYS) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-sentence (hits (B, *heads, 2), chance (B, 2), scored queries (B,)) for causal attention."""
+    num_head_dims = check_shapes(attn, token_mask, token_mask)
+    t = token_mask.shape[-1]
+    prefix = torch.ones(t, t, dtype=torch.bool, device=token_mask.device).tril().unsqueeze(0) \
+        & token_mask.unsqueeze(1)  # (B, Tq, Tk)
+    freq = key_freq.to(torch.float64).unsqueeze(1).expand(-1, t, -1).masked_fill(~prefix, float("inf"))
+    ordered = freq.sort(-1).values  # (B, Tq, Tk)
+    smallest = ordered[..., 0]
+    second = ordered[..., 1] if t > 1 else smallest
+    second = torch.where(torch.isinf(second), smallest, second)
+    scored = token_mask & (prefix.sum(-1) >= max(min_keys, 1))  # (B, Tq)
+    lead = token_mask.shape[:1] + (1,) * num_head_dims
+    best = masked_argmax(attn, prefix.reshape(lead + prefix.shape[1:]))  # (B, *heads, Tq)
+    best_freq = key_freq.to(torch.float64).reshape(lead + key_freq.shape[1:]).expand(best.shape)
+    best_freq = best_freq.gather(-1, best)
+    q = scored.reshape(lead + scored.shape[1:])
+    hits = torch.stack([(best_freq == smallest.reshape(lead + smallest.shape[1:])) & q,
+                        (best_freq <= second.reshape(lead + second.shape[1:])) & q], -1)
+    n = prefix.sum(-1).clamp(min=1).to(torch.float64)
+    at_min = ((freq == smallest.unsqueeze(-1)) & prefix).sum(-1) / n
+    at_two = ((freq <= second.unsqueeze(-1)) & prefix).sum(-1) / n
+    chance = torch.stack([(at_min * scored).sum(-1), (at_two * scored).sum(-1)], -1)
+    return hits.to(torch.float64).sum(-2), chance, scored.to(torch.float64).sum(-1)
+
+
+class PrefixRareWordAccumulator(RareWordAccumulator):
+    """:class:`RareWordAccumulator` for causal attention (see the comment above); same result type,
+    ``count`` = scored query tokens."""
+
+    def __init__(self, head_shape: Sequence[int], min_keys: int = DEFAULT_MIN_KEYS,
+                 replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED):
+        super().__init__(head_shape, min_keys=min_keys, replicates=replicates, seed=seed)
+
+    def update(self, attn: AttentionInput, token_mask: torch.Tensor, key_freq: torch.Tensor) -> None:
+        hits, chance, scored = per_layer(prefix_rare_hits, attn, token_mask, key_freq, min_keys=self.min_keys)
+        if not isinstance(attn, torch.Tensor):  # per_layer stacked the per-sentence parts too
+            chance, scored = chance[:, 0], scored[:, 0]
+        den = scored.reshape((-1,) + (1,) * (hits.dim() - 1)).expand_as(hits)
+        self.hits.update(hits, den)
+        self.chance.update(chance, scored[:, None].expand(-1, 2))

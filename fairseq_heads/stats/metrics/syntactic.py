@@ -1,0 +1,161 @@
+"""Syntactic heads (Voita et al. 2019, Sec. 4.3): does a head of encoder self-attention point
+from a word to its dependency head (dep->head) or to its dependents (head->dep), more often than
+the best fixed relative offset? The definition, step by step, is in docs/metrics.md ("Syntactic
+heads"); the words and arcs come from :mod:`fairseq_heads.stats.syntax.alignment`.
+
+Bootstrap unit: the sentence (intervals on the accuracies; the baseline is a point value).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+import torch
+
+from ..streaming import DEFAULT_REPLICATES, DEFAULT_SEED, RatioAccumulator, RatioEstimate
+from ..syntax.alignment import RELATIONS, Arc
+
+DEP_TO_HEAD = "dep->head"
+HEAD_TO_DEP = "head->dep"
+DIRECTIONS = (DEP_TO_HEAD, HEAD_TO_DEP)
+
+
+def syntactic_column(relation: str, direction: str) -> str:
+    """The heads-table column of one (relation, direction): syntactic_nsubj_dep2head, ..."""
+    return f"syntactic_{relation}_{direction.replace('->', '2')}"
+
+
+def parse_syntactic_column(column: str) -> Optional[Tuple[str, str]]:
+    """(relation, direction) of a column named by :func:`syntactic_column`, else None."""
+    for relation in RELATIONS:
+        for direction in DIRECTIONS:
+            if column == syntactic_column(relation, direction):
+                return relation, direction
+    return None
+
+
+class SyntacticQuery(NamedTuple):
+    """One scored query: the row ``query`` must put its max on a word in ``correct``."""
+
+    relation: str
+    direction: str
+    query: int
+    correct: Tuple[int, ...]
+
+
+# ---------------------------------------------------------------- scoring
+
+
+def syntactic_queries(arcs: Iterable[Arc], relations: Sequence[str] = RELATIONS) -> List[SyntacticQuery]:
+    """The queries of one sentence for both directions (module doc, step 4)."""
+    wanted = set(relations)
+    queries = []
+    dependents: Dict[Tuple[int, str], List[int]] = {}
+    for arc in arcs:
+        if arc.relation not in wanted:
+            continue
+        queries.append(SyntacticQuery(arc.relation, DEP_TO_HEAD, arc.dependent, (arc.head,)))
+        dependents.setdefault((arc.head, arc.relation), []).append(arc.dependent)
+    for (head, relation), deps in dependents.items():
+        queries.append(SyntacticQuery(relation, HEAD_TO_DEP, head, tuple(sorted(set(deps)))))
+    return queries
+
+
+def query_hits(word_attn: torch.Tensor, queries: Sequence[SyntacticQuery]) -> torch.Tensor:
+    """(*heads, Q) bool: does each head's max-weight word (ties -> earliest) hit a correct word."""
+    num_words = word_attn.shape[-1]
+    query_index = torch.tensor([q.query for q in queries], dtype=torch.long)
+    correct = torch.zeros(len(queries), num_words, dtype=torch.bool)
+    for i, q in enumerate(queries):
+        correct[i, list(q.correct)] = True
+    best = word_attn[..., query_index, :].argmax(-1)  # (*heads, Q)
+    return correct[torch.arange(len(queries)), best]
+
+
+class SyntacticScore(NamedTuple):
+    """Result for one (relation, direction): accuracy per head and the offset baseline."""
+
+    accuracy: RatioEstimate  # per head; count = number of queries
+    baseline: float  # accuracy of the best fixed offset; NaN without queries
+    baseline_offset: Optional[int]
+    num_queries: int
+
+
+class SyntacticAccumulator:
+    """Streams syntactic accuracies per (relation, direction) and head, plus offset histograms.
+
+    Args:
+        head_shape: shape of the head dims of the word attention, ``(H,)`` or ``(L, H)``.
+        relations: relations to score (normalised names).
+    ``update(word_attn_list, arcs_list)``: one (*head_shape, W, W) tensor and one arc list per
+    sentence; every sentence is one bootstrap unit (also sentences without arcs).
+    """
+
+    def __init__(
+        self,
+        head_shape: Sequence[int],
+        relations: Sequence[str] = RELATIONS,
+        replicates: int = DEFAULT_REPLICATES,
+        seed: int = DEFAULT_SEED,
+    ):
+        self.head_shape = tuple(head_shape)
+        self.relations = tuple(relations)
+        self.slots: Tuple[Tuple[str, str], ...] = tuple((r, d) for r in self.relations for d in DIRECTIONS)
+        self._slot_index = {slot: i for i, slot in enumerate(self.slots)}
+        self.ratio = RatioAccumulator((len(self.slots),) + self.head_shape, replicates=replicates, seed=seed)
+        # offset_hits[slot][k] = number of queries with a correct word at relative word offset k
+        self.offset_hits: List[Counter] = [Counter() for _ in self.slots]
+
+    def _sentence_counts(self, word_attn: torch.Tensor, arcs: Sequence[Arc]) -> Tuple[torch.Tensor, torch.Tensor]:
+        if tuple(word_attn.shape[:-2]) != self.head_shape:
+            raise ValueError(f"word attention heads shape {tuple(word_attn.shape[:-2])} != {self.head_shape}")
+        numerator = torch.zeros((len(self.slots),) + self.head_shape, dtype=torch.float64)
+        denominator = torch.zeros(len(self.slots), dtype=torch.float64)
+        queries = syntactic_queries(arcs, self.relations)
+        if not queries:
+            return numerator, denominator.reshape((-1,) + (1,) * len(self.head_shape)).expand_as(numerator)
+        slot = torch.tensor([self._slot_index[(q.relation, q.direction)] for q in queries], dtype=torch.long)
+        hits = query_hits(word_attn, queries).to(torch.float64)  # (*heads, Q)
+        numerator = hits.new_zeros(self.head_shape + (len(self.slots),)).index_add_(-1, slot, hits)
+        numerator = numerator.movedim(-1, 0)
+        denominator = torch.bincount(slot, minlength=len(self.slots)).to(torch.float64)
+        for q, s in zip(queries, slot.tolist()):
+            for offset in {c - q.query for c in q.correct}:
+                self.offset_hits[s][offset] += 1
+        return numerator, denominator.reshape((-1,) + (1,) * len(self.head_shape)).expand_as(numerator)
+
+    def update(self, word_attn_list: Sequence[torch.Tensor], arcs_list: Sequence[Sequence[Arc]]) -> None:
+        if len(word_attn_list) != len(arcs_list):
+            raise ValueError("need one arc list per word attention tensor")
+        if not word_attn_list:
+            return
+        counts = [self._sentence_counts(w, a) for w, a in zip(word_attn_list, arcs_list)]
+        self.ratio.update(torch.stack([c[0] for c in counts]), torch.stack([c[1] for c in counts]))
+
+    def baselines(self) -> Dict[Tuple[str, str], Tuple[float, Optional[int], int]]:
+        """(baseline accuracy, best offset, number of queries) per (relation, direction)."""
+        totals = self.ratio.den_sum.reshape(len(self.slots), -1)[:, 0] if self.head_shape else self.ratio.den_sum
+        result = {}
+        for i, slot in enumerate(self.slots):
+            n = int(totals[i])
+            if n == 0 or not self.offset_hits[i]:
+                result[slot] = (float("nan") if n == 0 else 0.0, None, n)
+                continue
+            # Ties between offsets -> the smaller |offset|, then the negative one (deterministic).
+            offset, hits = max(self.offset_hits[i].items(), key=lambda kv: (kv[1], -abs(kv[0]), -kv[0]))
+            result[slot] = (hits / n, offset, n)
+        return result
+
+    def finalize(self) -> Dict[Tuple[str, str], SyntacticScore]:
+        """{(relation, direction): SyntacticScore} with accuracies of shape ``head_shape``."""
+        estimate = self.ratio.finalize()
+        baselines = self.baselines()
+        return {
+            slot: SyntacticScore(RatioEstimate(*(t[i] for t in estimate)), *baselines[slot])
+            for i, slot in enumerate(self.slots)
+        }
+
+    def replicate_estimates(self) -> torch.Tensor:
+        """Bootstrap replicates of the accuracies, (R, num_slots, *head_shape); slot order = ``self.slots``."""
+        return self.ratio.replicate_estimates()

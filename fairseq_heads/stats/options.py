@@ -1,0 +1,83 @@
+"""The options of a stats run (`fairseq-heads stats`), their checks and per-model defaults."""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple
+
+from .labels import PAPER_THRESHOLDS, LabelThresholds
+from .metrics import grad, lrp
+from .metrics.induction import DEFAULT_LENGTHS, DEFAULT_PROBES
+from .metrics.positional import DEFAULT_OFFSETS
+from .registry import StatsError, metric, metric_names, metrics
+from .streaming import DEFAULT_REPLICATES, DEFAULT_SEED
+
+DEFAULT_LM_OFFSETS = (-3, -2, -1, 0)  # causal attention has no positive offsets
+
+
+@dataclass
+class StatsOptions:
+    metrics: Optional[Sequence[str]] = None  # None: each metric's default (registry)
+    conllu: Optional[str] = None
+    lrp_normalise: str = "sentence"
+    grad_normalise: str = "none"
+    offsets: Optional[Sequence[int]] = None  # None: DEFAULT_OFFSETS, DEFAULT_LM_OFFSETS for LMs
+    thresholds: LabelThresholds = PAPER_THRESHOLDS
+    replicates: int = DEFAULT_REPLICATES
+    seed: int = DEFAULT_SEED
+    max_tokens: Optional[int] = 4096
+    batch_size: Optional[int] = None
+    cpu: bool = False
+    source_lang: Optional[str] = None
+    target_lang: Optional[str] = None
+    log_format: Optional[str] = None  # fairseq progress bar format; default tqdm/simple
+    log_interval: int = 100
+    induction_lengths: Sequence[int] = DEFAULT_LENGTHS
+    induction_probes: int = DEFAULT_PROBES  # per length
+
+
+def parse_metrics(value: str) -> Tuple[str, ...]:
+    """'confidence,lrp' -> ('confidence', 'lrp'): registered names, repeats dropped."""
+    names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+    known = metric_names()
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise StatsError(f"--metrics: unknown metric(s) {unknown or [value]}; "
+                         f"choose a comma list of {', '.join(known)}")
+    return names
+
+
+def default_metrics(options: StatsOptions, language_model: bool) -> Tuple[str, ...]:
+    """The metrics run when --metrics is not given, for a model of that kind."""
+    return tuple(m.name for m in metrics() if m.applies_to(language_model) and m.default(options))
+
+
+def check_options(options: StatsOptions) -> None:
+    """Refuse inconsistent options before anything is loaded (StatsError, one line)."""
+    for spec in metrics():
+        if spec.check_options is not None:
+            spec.check_options(options)
+    if options.conllu and not os.path.isfile(options.conllu):
+        raise StatsError(f"--conllu: file not found: {options.conllu}")
+    if options.lrp_normalise not in lrp.LRP_MODES:
+        raise StatsError(f"--lrp-normalise must be one of {', '.join(lrp.LRP_MODES)}")
+    if options.grad_normalise not in grad.GRAD_NORMALISATIONS:
+        raise StatsError(f"--grad-normalise must be one of {', '.join(grad.GRAD_NORMALISATIONS)}")
+
+
+def options_for_model(options: StatsOptions, language_model: bool) -> StatsOptions:
+    """Fill in the defaults that depend on the kind of model; refuse metrics it cannot have."""
+    names, offsets = options.metrics, options.offsets
+    if names is None:
+        names = default_metrics(options, language_model)
+    if offsets is None:
+        offsets = DEFAULT_LM_OFFSETS if language_model else DEFAULT_OFFSETS
+    wrong = [n for n in names if not metric(n).applies_to(language_model)]
+    if wrong and language_model:
+        raise StatsError(f"--metrics: {', '.join(wrong)} heads are computed for translation models "
+                         f"only (this checkpoint is a language model)")
+    if wrong:
+        raise StatsError(f"--metrics: {', '.join(wrong)} need a decoder-only language model "
+                         f"(this checkpoint is a translation model)")
+    return dataclasses.replace(options, metrics=tuple(names), offsets=tuple(offsets))
