@@ -16,8 +16,9 @@
 # baseline + fine-tune) -> Michel curves per metric (perplexity) -> tables.md.
 #
 # Environment: RESULTS, DATA (default ../shared/data), CORPUS (gutenberg|wikitext2), REPEAT_SPANS,
-# REPEAT_PROB (default 0.5), LM_SIZE (3x8 | 2x4; cpu scale), SCALE (cpu|toy), BASELINE, BASELINE_UPDATES, FINETUNE_UPDATES, LAMBDAS, SCRATCH_LAMBDAS,
-# CURVE_METRICS, CURVE_STEPS, GATE_LR_SCALE, THREADS (default 2).
+# REPEAT_PROB (default 0.5), LM_SIZE (3x8 | 2x4; cpu scale), SCALE (cpu|toy), BASELINE,
+# BASELINE_UPDATES, FINETUNE_UPDATES, LAMBDAS, SCRATCH_LAMBDAS, CURVE_METRICS, CURVE_STEPS,
+# GATE_LR_SCALE, THREADS (default 2).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -74,7 +75,8 @@ cpu)
     --share-decoder-input-output-embed"
     DEFAULT_CURVE_STEPS=0,8,16,24 ;;
   # 2 layers x 4 heads of 32 (d=128): the size the notes saw grow induction heads on text whose
-  # every span is written twice (1,500 updates)
+  # every span is written twice (1,500 updates); not reproduced here, see
+  # docs/results/lm_english_repeat_spans_p1_2x4
   2x4) SIZE_ARGS="--decoder-layers 2 --decoder-embed-dim 128 --decoder-ffn-embed-dim 512 --decoder-attention-heads 4
     --share-decoder-input-output-embed"
     DEFAULT_CURVE_STEPS=0,2,4,6,8 ;;
