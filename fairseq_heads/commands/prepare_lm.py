@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "written twice with probability --repeat-prob (valid/test unchanged)")
     parser.add_argument("--repeat-prob", type=float, default=0.5)
     parser.add_argument("--synthetic-sentences", type=int, default=4000,
-                        help="train sentences of --corpus synthetic (valid/test: 1/20 each)")
+                        help="train lines of --corpus synthetic, random_repeats, markov_repeats (valid/test: 1/20 each)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workers", type=int, default=1)
 

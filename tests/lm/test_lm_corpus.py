@@ -38,3 +38,25 @@ def test_repeated_spans_write_windows_twice():
     twice = repeat_windows(words, random.Random(0), prob=1.0)
     assert once == words
     assert len(twice.split()) == 200 and sorted(twice.split()) == sorted(words.split() * 2)
+
+
+def test_markov_repeats_lines_are_doubled_chain_draws_one_piece_per_symbol(tmp_path):
+    config = LMCorpusConfig(work_dir=tmp_path / "work", corpus="markov_repeats",
+                            synthetic_sentences=400, random_symbols=12, vocab_size=8000)
+    data_bin = prepare_lm(config)
+    lines = [x for x in (tmp_path / "work" / "text" / "train.txt").read_text().splitlines() if x]
+    assert len(lines) == 400
+    successors = {}
+    for line in lines:
+        half = len(line) // 2
+        assert line[:half] == line[half:] and 8 <= half <= 24
+        for a, b, c in zip(line[:half], line[1:half], line[2:half]):
+            successors.setdefault((a, b), set()).add(c)
+    # second order: each pair of symbols is followed by one of its 2 successors, never a third
+    assert max(len(s) for s in successors.values()) <= 2
+    assert len({c for line in lines for c in line}) == 12
+    # a character model: each symbol one piece (a BPE model would merge the frequent pairs)
+    pieces = (tmp_path / "work" / "spm" / "train.txt").read_text().splitlines()[0].split()
+    assert pieces[0] == "\u2581" and len(pieces) == 1 + len(lines[0])
+    symbols = {line.split()[0] for line in open(data_bin / "dict.txt")}
+    assert {c for line in lines for c in line} <= symbols
