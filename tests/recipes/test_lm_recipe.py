@@ -65,7 +65,7 @@ def test_a_rerun_skips_every_step(lm_results):
 
 @pytest.mark.parametrize("name,value,message", [
     ("LM_SIZE", "9x9", "LM_SIZE: unknown size '9x9' (3x8 or 2x4)"),
-    ("CORPUS", "books", "CORPUS: unknown corpus 'books' (gutenberg or wikitext2)"),
+    ("CORPUS", "books", "CORPUS: unknown corpus 'books' (gutenberg, wikitext2 or markov_repeats)"),
 ])
 def test_an_unknown_setting_exits_2_before_any_step(tmp_path, name, value, message):
     (tmp_path / "data" / "gutenberg_en").mkdir(parents=True)
