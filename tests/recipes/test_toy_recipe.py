@@ -20,7 +20,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 RECIPES = ("multi30k_en_de", "wmt_en_ru")
 LAMBDA = "0.01"  # the toy scale's default: one lambda per sweep
 MODELS = ("baseline", f"enc_l0_{LAMBDA}", f"all_l0_{LAMBDA}", f"scratch_all_l0_{LAMBDA}")
-FIGURES = ("encoder_pruning.png", "heads_kept_by_type.png", "gate_trace.png", "survivors.png")
+FIGURES = ("encoder_pruning.png", "heads_kept_by_type.png", "gate_trace.png", "open_heads.png", "survivors.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
