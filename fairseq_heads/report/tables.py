@@ -44,7 +44,9 @@ def headline(results: Sequence[dict]) -> List[dict]:
     trained at (the tables' setting) and the lowest seed. From-scratch models follow the model
     their layout came from. The others appear in their own rows (quick protocol, seeds, traces)."""
     trained = [r for r in results if r.get("kind") in (ENCODER_L0, ALL_L0)]
-    scales = [r.get("gate_lr_scale") for r in trained]
+    # the usual scale among the converged models if there are any (older files record none)
+    scales = ([r.get("gate_lr_scale") for r in trained if protocol_of(r) == CONVERGED]
+              or [r.get("gate_lr_scale") for r in trained])
     usual_scale = max(set(scales), key=lambda v: (scales.count(v), -(v or 0))) if scales else None
 
     def preference(result):
