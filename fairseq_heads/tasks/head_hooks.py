@@ -123,18 +123,20 @@ def stop_training_when(stop_requested) -> None:
     valid_loss)` after every validation, and that is the one function wrapped here: fairseq's
     own answer (--patience) is still computed first, so both rules apply. Outside fairseq-train
     (fairseq-generate, tests) there is nothing to stop and nothing is changed."""
-    train = sys.modules.get("fairseq_cli.train")
-    if train is None:
-        return
-    fairseq_rule = getattr(train.should_stop_early, "fairseq_rule", train.should_stop_early)
+    # `fairseq-train` loads fairseq_cli.train as such; `python -m fairseq_cli.train` as __main__
+    for name in ("fairseq_cli.train", "__main__"):
+        train = sys.modules.get(name)
+        if train is None or not (hasattr(train, "should_stop_early") and hasattr(train, "validate_and_save")):
+            continue
+        fairseq_rule = getattr(train.should_stop_early, "fairseq_rule", train.should_stop_early)
 
-    def should_stop_early(cfg, valid_loss):
-        # fairseq's function keeps its counters as attributes of the module-level name, which is
-        # now this wrapper: they live here, consistently, as long as the process runs.
-        return bool(fairseq_rule(cfg, valid_loss)) or (valid_loss is not None and stop_requested())
+        def should_stop_early(cfg, valid_loss, fairseq_rule=fairseq_rule):
+            # fairseq's function keeps its counters as attributes of the module-level name, which
+            # is now this wrapper: they live here, consistently, as long as the process runs.
+            return bool(fairseq_rule(cfg, valid_loss)) or (valid_loss is not None and stop_requested())
 
-    should_stop_early.fairseq_rule = fairseq_rule
-    train.should_stop_early = should_stop_early
+        should_stop_early.fairseq_rule = fairseq_rule
+        train.should_stop_early = should_stop_early
 
 
 def append_gate_trace(model, update_num: int, path: str) -> None:

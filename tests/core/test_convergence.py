@@ -78,7 +78,7 @@ class _Gate:
         return self.opened
 
 
-def _task(tmp_path, monkeypatch, **options):
+def _task(tmp_path, monkeypatch, fairseq_says=False, **options):
     """A HeadHooksMixin on a stand-in task, its model's open heads set by the test."""
     from fairseq_heads.tasks import head_hooks
 
@@ -92,7 +92,8 @@ def _task(tmp_path, monkeypatch, **options):
             self._init_head_hooks()
 
     fake_train = types.ModuleType("fairseq_cli.train")
-    fake_train.should_stop_early = lambda cfg, valid_loss: False  # fairseq's --patience: never
+    fake_train.should_stop_early = lambda cfg, valid_loss: fairseq_says  # fairseq's --patience
+    fake_train.validate_and_save = None
     monkeypatch.setitem(sys.modules, "fairseq_cli.train", fake_train)
     cfg = types.SimpleNamespace(head_mask=None, gate_trace=None, gate_trace_interval=50,
                                 validation_trace=str(tmp_path / "validations.jsonl"),
@@ -129,3 +130,9 @@ def test_a_resumed_run_remembers_the_validations_up_to_its_checkpoint(tmp_path, 
     assert [r.update for r in read_validations(str(trace))] == [5, 10]  # 15 is validated again
     task.post_validate(None, {"loss": 3.5, "num_updates": 15}, None)
     assert fairseq_train.should_stop_early(None, 3.5)  # 5, 10, 15 unchanged: 2 in a row
+
+
+def test_fairseq_patience_still_stops_training_before_any_plateau(tmp_path, monkeypatch):
+    task, fairseq_train, _ = _task(tmp_path, monkeypatch, fairseq_says=True)
+    task.post_validate(None, {"loss": 4.0, "num_updates": 5}, None)
+    assert task.converged is None and fairseq_train.should_stop_early(None, 4.0)
