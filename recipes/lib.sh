@@ -16,8 +16,15 @@
 # for everything run in such a context, so a failing line would not stop the step.
 # OUT_DIR "-" is for commands that write their outputs atomically themselves (STEP_OUT unset).
 #
+#   run_resumable_step NAME OUT_DIR KEY COMMAND [ARGS...]
+#
+# the same for a long training step whose COMMAND can resume from what it left in STEP_OUT
+# (fairseq-train resumes from STEP_OUT/checkpoint_last.pt): a failed or killed run keeps
+# OUT_DIR.partial (with the KEY it ran under, in OUT_DIR.partial/.step_key), and the next run
+# with the same KEY goes on from there ("resume NAME"); with another KEY it starts afresh.
+#
 # Needs RESULTS (the results folder). STEP_LOG_DIR (default $RESULTS/logs) keeps each step's
-# output in NAME.log; the last lines are printed when a step fails.
+# output in NAME.log (a resumed step appends to it); the last lines are printed when a step fails.
 
 : "${RESULTS:?set RESULTS (the results folder) before sourcing recipes/lib.sh}"
 STEP_LOG_DIR=${STEP_LOG_DIR:-$RESULTS/logs}
@@ -30,10 +37,13 @@ step_is_done() {  # NAME KEY: true when the marker exists and records KEY
   [ -f "$marker" ] && [ "$(cat "$marker")" = "$2" ]
 }
 
-run_step() {
-  local name=$1 out=$2 key=$3
-  shift 3
-  local marker log status
+run_step() { _run_step no "$@"; }
+run_resumable_step() { _run_step yes "$@"; }
+
+_run_step() {
+  local resumable=$1 name=$2 out=$3 key=$4
+  shift 4
+  local marker log status resume=no
   marker=$(step_marker "$name")
   if step_is_done "$name" "$key"; then
     echo "skip $name (done)"
@@ -43,26 +53,43 @@ run_step() {
     echo "redo $name (settings changed)"
     rm -f "$marker"
   fi
-  echo "run  $name"
+  if [ "$resumable" = yes ] && [ -f "$out.partial/.step_key" ] && [ "$(cat "$out.partial/.step_key")" = "$key" ]; then
+    resume=yes
+    echo "resume $name (from $out.partial)"
+  else
+    echo "run  $name"
+  fi
   mkdir -p "$STEP_LOG_DIR" "$(dirname "$marker")"
   log=$STEP_LOG_DIR/$name.log
   status=0
   if [ "$out" = "-" ]; then
     ( set -euo pipefail; "$@" ) > "$log" 2>&1 &
   else
-    rm -rf "$out" "$out.partial"
-    mkdir -p "$out.partial"
-    ( set -euo pipefail; export STEP_OUT=$out.partial; "$@" ) > "$log" 2>&1 &
+    rm -rf "$out"
+    if [ "$resume" = no ]; then
+      rm -rf "$out.partial"
+      mkdir -p "$out.partial"
+      [ "$resumable" = no ] || printf '%s' "$key" > "$out.partial/.step_key"
+      : > "$log"
+    fi
+    ( set -euo pipefail; export STEP_OUT=$out.partial; "$@" ) >> "$log" 2>&1 &
   fi
   # Waited for rather than run in `cmd || status=$?`, which would switch `set -e` off inside.
   wait $! || status=$?
   if [ "$status" -ne 0 ]; then
     echo "FAILED $name (exit $status); last lines of $log:" >&2
     tail -n 25 "$log" >&2
-    [ "$out" = "-" ] || rm -rf "$out.partial"
+    if [ "$resumable" = yes ] && [ "$out" != "-" ]; then
+      echo "(kept $out.partial: a re-run with the same settings resumes from it)" >&2
+    elif [ "$out" != "-" ]; then
+      rm -rf "$out.partial"
+    fi
     return "$status"
   fi
-  [ "$out" = "-" ] || mv "$out.partial" "$out"
+  if [ "$out" != "-" ]; then
+    rm -f "$out.partial/.step_key"
+    mv "$out.partial" "$out"
+  fi
   printf '%s' "$key" > "$marker.partial" && mv "$marker.partial" "$marker"
 }
 

@@ -10,7 +10,17 @@
 #   SIZE_ARGS             model size options (the baseline's, shared by every model)
 #   TRAIN_ARGS            options of every training (dropout, batch, label smoothing, device)
 #   BASELINE_TRAIN_ARGS   optimizer/schedule/length of the baseline and of the from-scratch models
-#   FINETUNE_ARGS         optimizer/schedule/length of the L0 fine-tuning runs
+#                         (PROTOCOL=quick)
+#   BASELINE_SCHEDULE_ARGS  optimizer/schedule of BASELINE_TRAIN_ARGS without its length: the
+#                         from-scratch models of PROTOCOL=converged (default BASELINE_TRAIN_ARGS)
+#   FINETUNE_OPTIMIZER_ARGS  optimizer/schedule of the L0 fine-tuning runs, gate lr included
+#   FINETUNE_ARGS         the same with the length of a PROTOCOL=quick fine-tune
+#   GATE_LR_SCALE, DEFAULT_GATE_LR_SCALE  the gates' lr / the weights' lr (--gate-lr-scale) and the
+#                         recipe's default of it: a run at another scale gets `_glr<scale>` in its name
+#   PROTOCOL              converged (default) or quick (DEFAULT_PROTOCOL sets the default), below
+#   SEEDS                 training seeds of the trained-vs-scratch comparison (PROTOCOL=converged)
+#   VALIDATE_UPDATES, PLATEAU_VALIDATIONS, PLATEAU_LOSS_TOLERANCE, PATIENCE, L0_MAX_UPDATES,
+#   FIXED_MASK_MAX_UPDATES, SCRATCH_MAX_UPDATES   the converged protocol (below)
 #   LAMBDAS_ENC           L0 lambdas of the encoder-only runs (decoder frozen)
 #   LAMBDAS_ALL           L0 lambdas of the all-attention-types runs (gate trace recorded)
 #   SCRATCH_LAMBDAS       which of LAMBDAS_ALL also get their pruned layout trained from scratch
@@ -27,11 +37,56 @@
 # and optionally RECIPE_EXTRA_TRAIN_ARGS / RECIPE_EXTRA_GENERATE_ARGS, appended to every
 # fairseq-train / fairseq-generate (the tests inject a bad option through them). Every step is
 # keyed by its settings: change one and that step is redone on the next run (see recipes/lib.sh).
+#
+# PROTOCOL=quick: each L0 fine-tune runs FINETUNE_ARGS' fixed number of updates (seed 1; the
+# models enc_l0_<λ>, all_l0_<λ>, scratch_all_l0_<λ>). PROTOCOL=converged (models
+# <those names>_conv_s<seed>): an L0 fine-tune runs until the plateau rule holds
+# (fairseq_heads/convergence.py: PLATEAU_VALIDATIONS validations in a row, VALIDATE_UPDATES updates
+# apart, without a change of the open heads and with < PLATEAU_LOSS_TOLERANCE relative valid-loss
+# change; at most L0_MAX_UPDATES) -> its open heads become a fixed head mask -> training goes on
+# without the penalty until the valid loss has not improved for PATIENCE validations (fairseq's
+# --patience; at most FIXED_MASK_MAX_UPDATES; the best checkpoint is kept). A from-scratch model
+# is trained with the same validations and patience (at most SCRATCH_MAX_UPDATES). The
+# all-types lambdas of SCRATCH_LAMBDAS run once per seed of SEEDS, each seed its own layout and
+# its own from-scratch model; every other lambda runs with the first seed. The training steps
+# resume from their fairseq checkpoints when killed (run_resumable_step).
 
 # shellcheck source=recipes/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 PYTHON=${PYTHON:-python}
+
+# ------------------------------------------------------------------ settings, checked first
+PROTOCOL=${PROTOCOL:-${DEFAULT_PROTOCOL:-converged}}
+SEEDS=${SEEDS-1}
+GATE_LR_SCALE=${GATE_LR_SCALE:-$DEFAULT_GATE_LR_SCALE}
+BASELINE_SCHEDULE_ARGS=${BASELINE_SCHEDULE_ARGS:-$BASELINE_TRAIN_ARGS}
+
+setting_error() {  # a setting the user can fix: one line, exit status 2, before any step
+  echo "$1" >&2
+  exit 2
+}
+case $PROTOCOL in
+converged | quick) ;;
+*) setting_error "PROTOCOL must be converged or quick, got '$PROTOCOL'" ;;
+esac
+[[ $SEEDS =~ ^[[:space:]]*[1-9][0-9]*([[:space:]]+[1-9][0-9]*)*[[:space:]]*$ ]] ||
+  setting_error "SEEDS must be one or more positive integers separated by spaces, got '$SEEDS'"
+[ "$(tr -s ' \t' '\n\n' <<< "$SEEDS" | grep -c .)" = "$(tr -s ' \t' '\n\n' <<< "$SEEDS" | grep . | sort -u | grep -c .)" ] ||
+  setting_error "SEEDS must not repeat a seed, got '$SEEDS'"
+[[ $GATE_LR_SCALE =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] && awk "BEGIN { exit !($GATE_LR_SCALE > 0) }" ||
+  setting_error "GATE_LR_SCALE must be a number > 0, got '$GATE_LR_SCALE'"
+if [ "$PROTOCOL" = converged ]; then
+  for setting in VALIDATE_UPDATES PLATEAU_VALIDATIONS PATIENCE L0_MAX_UPDATES FIXED_MASK_MAX_UPDATES SCRATCH_MAX_UPDATES; do
+    [[ ${!setting:-} =~ ^[1-9][0-9]*$ ]] || setting_error "$setting must be a positive integer, got '${!setting:-}'"
+  done
+  [[ ${PLATEAU_LOSS_TOLERANCE:-} =~ ^(0|0?\.[0-9]+)$ ]] ||
+    setting_error "PLATEAU_LOSS_TOLERANCE must be a number in [0, 1), got '${PLATEAU_LOSS_TOLERANCE:-}'"
+fi
+read -r -a SEED_LIST <<< "$SEEDS"
+GLR_SUFFIX=""  # a model trained at another gate lr than the recipe's default is named apart
+[ "$GATE_LR_SCALE" = "$DEFAULT_GATE_LR_SCALE" ] || GLR_SUFFIX=_glr$GATE_LR_SCALE
+
 USER_DIR=$(fairseq_heads_user_dir)
 ALL_TYPES=enc-self,dec-self,enc-dec
 FAIRSEQ_COMMON="--user-dir $USER_DIR --task translation_heads -s $SRC -t $TGT $DEVICE_ARGS --num-workers 0 --seed 1"
@@ -68,6 +123,44 @@ step_l0_finetune() {  # $1 attention types, $2 lambda, $3 extra options (--freez
     --gate-trace "$STEP_OUT/gate_trace.jsonl" --gate-trace-interval "$GATE_TRACE_INTERVAL"
 }
 
+# PROTOCOL=converged: validations (and a checkpoint) every VALIDATE_UPDATES updates, none at
+# epoch ends, so that "N validations" means N x VALIDATE_UPDATES updates on either side.
+CONVERGED_VALIDATION="--validate-interval-updates ${VALIDATE_UPDATES:-} --save-interval-updates ${VALIDATE_UPDATES:-}
+  --validate-interval 1000000 --keep-interval-updates 1"
+PLATEAU_RULE="--stop-on-plateau ${PLATEAU_VALIDATIONS:-} --plateau-loss-tolerance ${PLATEAU_LOSS_TOLERANCE:-}"
+
+step_l0_until_plateau() {  # $1 attention types, $2 lambda, $3 extra options, $4 seed
+  # shellcheck disable=SC2086
+  train_into_step_out last --arch gated_transformer $SIZE_ARGS $TRAIN_ARGS \
+    --gated-attention "$1" $3 --finetune-from-model "$RESULTS/models/baseline/checkpoint.pt" \
+    --criterion label_smoothed_cross_entropy_l0 --l0-lambda "$2" $FINETUNE_OPTIMIZER_ARGS \
+    --max-update "$L0_MAX_UPDATES" $CONVERGED_VALIDATION $PLATEAU_RULE \
+    --validation-trace "$STEP_OUT/validations.jsonl" \
+    --gate-trace "$STEP_OUT/gate_trace.jsonl" --gate-trace-interval "$GATE_TRACE_INTERVAL" --seed "$4"
+}
+
+step_fixed_mask_finetune() {  # $1 L0 model, $2 head mask, $3 attention types, $4 extra options, $5 seed
+  # The L0 model's weights with its closed heads masked for good (--head-mask fixes every gate:
+  # masked heads 0, the others fully open, no gate trained) and no penalty, until --patience.
+  # shellcheck disable=SC2086
+  train_into_step_out best --arch gated_transformer $SIZE_ARGS $TRAIN_ARGS \
+    --gated-attention "$3" $4 --finetune-from-model "$RESULTS/models/$1/checkpoint.pt" \
+    --head-mask "$2" --criterion label_smoothed_cross_entropy $FINETUNE_OPTIMIZER_ARGS \
+    --max-update "$FIXED_MASK_MAX_UPDATES" $CONVERGED_VALIDATION --patience "$PATIENCE" \
+    --validation-trace "$STEP_OUT/validations.jsonl" --seed "$5"
+  # the L0 phase's traces beside the model: the report draws its heads dying over training
+  cp "$RESULTS/models/$1/gate_trace.jsonl" "$STEP_OUT/gate_trace.jsonl"
+  cp "$RESULTS/models/$1/validations.jsonl" "$STEP_OUT/validations_l0.jsonl"
+}
+
+step_from_scratch_until_patience() {  # $1 head mask file, $2 seed
+  # shellcheck disable=SC2086
+  train_into_step_out best --arch transformer $SIZE_ARGS $TRAIN_ARGS --head-mask "$1" \
+    --criterion label_smoothed_cross_entropy $BASELINE_SCHEDULE_ARGS \
+    --max-update "$SCRATCH_MAX_UPDATES" $CONVERGED_VALIDATION --patience "$PATIENCE" \
+    --validation-trace "$STEP_OUT/validations.jsonl" --seed "$2"
+}
+
 step_mask() {  # $1 model name
   fairseq-heads mask --path "$RESULTS/models/$1/checkpoint.pt" --out "$STEP_OUT/head_mask.json"
 }
@@ -78,11 +171,13 @@ step_from_scratch() {  # $1 head mask file
     --criterion label_smoothed_cross_entropy $BASELINE_TRAIN_ARGS
 }
 
-step_bleu() {  # $1 model name, $2 kind, $3 lambda or "", $4 from-model or "", $5 head mask or ""
+step_bleu() {  # $1 model name, $2 kind, $3 lambda or "", $4 from-model or "", $5 head mask or "",
+  # then options of `fairseq-heads result` (--protocol, --seed, --phase)
   local checkpoint=$RESULTS/models/$1/checkpoint.pt options=()
   [ -z "$3" ] || options+=(--l0-lambda "$3")
   [ -z "$4" ] || options+=(--from-model "$4")
   [ -z "$5" ] || options+=(--head-mask "$5")
+  options+=("${@:6}")
   # --head-mask again for generation: fairseq-generate builds the task from its command line.
   # shellcheck disable=SC2086
   fairseq-generate "$DATA_BIN" $FAIRSEQ_COMMON --path "$checkpoint" --gen-subset "$GEN_SUBSET" \
@@ -135,27 +230,71 @@ run_step baseline "$RESULTS/models/baseline" \
 run_step bleu_baseline "$RESULTS/results/baseline" "$GEN_SUBSET $GEN_ARGS $EXTRA_GENERATE" \
   step_bleu baseline baseline "" "" ""
 
-for lambda in $LAMBDAS_ENC; do
-  name=enc_l0_$lambda
-  run_step "$name" "$RESULTS/models/$name" "$SIZE_ARGS $TRAIN_ARGS $FINETUNE_ARGS $GATE_TRACE_INTERVAL $EXTRA_TRAIN" \
-    step_l0_finetune enc-self "$lambda" --freeze-decoder
-  run_step "bleu_$name" "$RESULTS/results/$name" "$GEN_SUBSET $GEN_ARGS $EXTRA_GENERATE" \
-    step_bleu "$name" encoder_l0 "$lambda" "" ""
-done
+QUICK="--protocol quick --seed 1"
 
-for lambda in $LAMBDAS_ALL; do
-  name=all_l0_$lambda
+quick_pruning() {  # $1 enc|all, $2 lambda: the PROTOCOL=quick steps of one lambda
+  local name=${1}_l0_$2$GLR_SUFFIX kind=encoder_l0 types=enc-self extra=--freeze-decoder mask
+  [ "$1" = enc ] || { kind=all_l0; types=$ALL_TYPES; extra=""; }
   run_step "$name" "$RESULTS/models/$name" "$SIZE_ARGS $TRAIN_ARGS $FINETUNE_ARGS $GATE_TRACE_INTERVAL $EXTRA_TRAIN" \
-    step_l0_finetune "$ALL_TYPES" "$lambda" ""
+    step_l0_finetune "$types" "$2" "$extra"
   run_step "bleu_$name" "$RESULTS/results/$name" "$GEN_SUBSET $GEN_ARGS $EXTRA_GENERATE" \
-    step_bleu "$name" all_l0 "$lambda" "" ""
+    step_bleu "$name" "$kind" "$2" "" "" $QUICK
+  [ "$1" = all ] || return 0
   run_step "mask_$name" "$RESULTS/masks/$name" "mask" step_mask "$name"
   mask=$RESULTS/masks/$name/head_mask.json
-  case " ${SCRATCH_LAMBDAS-$LAMBDAS_ALL} " in *" $lambda "*) ;; *) continue ;; esac
+  case " ${SCRATCH_LAMBDAS-$LAMBDAS_ALL} " in *" $2 "*) ;; *) return 0 ;; esac
   run_step "scratch_$name" "$RESULTS/models/scratch_$name" \
     "$SIZE_ARGS $TRAIN_ARGS $BASELINE_TRAIN_ARGS $EXTRA_TRAIN" step_from_scratch "$mask"
   run_step "bleu_scratch_$name" "$RESULTS/results/scratch_$name" "$GEN_SUBSET $GEN_ARGS $EXTRA_GENERATE" \
-    step_bleu "scratch_$name" from_scratch "$lambda" "$name" "$mask"
+    step_bleu "scratch_$name" from_scratch "$2" "$name" "$mask" $QUICK
+}
+
+converged_pruning() {  # $1 enc|all, $2 lambda, $3 seed, $4 yes: also from scratch
+  local name=${1}_l0_${2}_conv_s$3$GLR_SUFFIX kind=encoder_l0 types=enc-self extra=--freeze-decoder
+  [ "$1" = enc ] || { kind=all_l0; types=$ALL_TYPES; extra=""; }
+  local l0=${name}_l0 mask=$RESULTS/masks/$name/head_mask.json
+  local rule="$VALIDATE_UPDATES $PLATEAU_VALIDATIONS $PLATEAU_LOSS_TOLERANCE"
+  local result="--protocol converged --seed $3 --plateau-validations $PLATEAU_VALIDATIONS
+    --plateau-loss-tolerance $PLATEAU_LOSS_TOLERANCE"
+  run_resumable_step "$l0" "$RESULTS/models/$l0" \
+    "$SIZE_ARGS $TRAIN_ARGS $FINETUNE_OPTIMIZER_ARGS $rule $L0_MAX_UPDATES $GATE_TRACE_INTERVAL $EXTRA_TRAIN" \
+    step_l0_until_plateau "$types" "$2" "$extra" "$3"
+  run_step "mask_$name" "$RESULTS/masks/$name" "mask" step_mask "$l0"
+  run_resumable_step "$name" "$RESULTS/models/$name" \
+    "$SIZE_ARGS $TRAIN_ARGS $FINETUNE_OPTIMIZER_ARGS $rule $PATIENCE $FIXED_MASK_MAX_UPDATES $EXTRA_TRAIN" \
+    step_fixed_mask_finetune "$l0" "$mask" "$types" "$extra" "$3"
+  # shellcheck disable=SC2086
+  run_step "bleu_$name" "$RESULTS/results/$name" "$GEN_SUBSET $GEN_ARGS $EXTRA_GENERATE" \
+    step_bleu "$name" "$kind" "$2" "" "$mask" $result \
+    --phase "l0=$RESULTS/models/$name/validations_l0.jsonl" \
+    --phase "fixed_mask=$RESULTS/models/$name/validations.jsonl"
+  [ "$4" = yes ] || return 0
+  run_resumable_step "scratch_$name" "$RESULTS/models/scratch_$name" \
+    "$SIZE_ARGS $TRAIN_ARGS $BASELINE_SCHEDULE_ARGS $VALIDATE_UPDATES $PATIENCE $SCRATCH_MAX_UPDATES $EXTRA_TRAIN" \
+    step_from_scratch_until_patience "$mask" "$3"
+  # shellcheck disable=SC2086
+  run_step "bleu_scratch_$name" "$RESULTS/results/scratch_$name" "$GEN_SUBSET $GEN_ARGS $EXTRA_GENERATE" \
+    step_bleu "scratch_$name" from_scratch "$2" "$name" "$mask" --protocol converged --seed "$3" \
+    --phase "from_scratch=$RESULTS/models/scratch_$name/validations.jsonl"
+}
+
+for lambda in $LAMBDAS_ENC; do
+  if [ "$PROTOCOL" = quick ]; then
+    quick_pruning enc "$lambda"
+  else
+    converged_pruning enc "$lambda" "${SEED_LIST[0]}" no
+  fi
+done
+
+for lambda in $LAMBDAS_ALL; do
+  if [ "$PROTOCOL" = quick ]; then
+    quick_pruning all "$lambda"
+    continue
+  fi
+  case " ${SCRATCH_LAMBDAS-$LAMBDAS_ALL} " in
+  *" $lambda "*) for seed in "${SEED_LIST[@]}"; do converged_pruning all "$lambda" "$seed" yes; done ;;
+  *) converged_pruning all "$lambda" "${SEED_LIST[0]}" no ;;
+  esac
 done
 
 STATS_DATA_BIN=$DATA_BIN

@@ -21,8 +21,22 @@ BASELINE_TRAIN_ARGS="--optimizer adam --lr 5e-3 --lr-scheduler inverse_sqrt --wa
 # A large gate learning rate so that heads close within a few updates. Adam moves every gate
 # by about lr x scale per update whatever the gradient's size, so a lambda that outweighs the
 # (tiny, barely trained) model's loss closes every head at once: small lambdas keep some.
-FINETUNE_ARGS="--optimizer gate_adam --lr 1e-3 --gate-lr-scale 400 --lr-scheduler fixed
+DEFAULT_GATE_LR_SCALE=400
+GATE_LR_SCALE=${GATE_LR_SCALE:-$DEFAULT_GATE_LR_SCALE}
+FINETUNE_OPTIMIZER_ARGS="--optimizer gate_adam --lr 1e-3 --gate-lr-scale $GATE_LR_SCALE --lr-scheduler fixed"
+FINETUNE_ARGS="$FINETUNE_OPTIMIZER_ARGS
   --max-update ${TOY_UPDATES:-20}"
+# CI runs the quick protocol; PROTOCOL=converged at toy scale validates every 5 updates and
+# stops after 2 unchanged validations / 2 without improvement (tests/recipes).
+DEFAULT_PROTOCOL=quick
+BASELINE_SCHEDULE_ARGS="--optimizer adam --lr 5e-3 --lr-scheduler inverse_sqrt --warmup-updates 10"
+VALIDATE_UPDATES=${VALIDATE_UPDATES:-5}
+PLATEAU_VALIDATIONS=${PLATEAU_VALIDATIONS:-2}
+PLATEAU_LOSS_TOLERANCE=${PLATEAU_LOSS_TOLERANCE:-0.005}
+PATIENCE=${PATIENCE:-2}
+L0_MAX_UPDATES=${L0_MAX_UPDATES:-40}
+FIXED_MASK_MAX_UPDATES=${FIXED_MASK_MAX_UPDATES:-30}
+SCRATCH_MAX_UPDATES=${SCRATCH_MAX_UPDATES:-60}
 LAMBDAS_ENC=${LAMBDAS_ENC-0.01}
 LAMBDAS_ALL=${LAMBDAS_ALL-0.01}
 GATE_TRACE_INTERVAL=5

@@ -22,10 +22,43 @@ def add_result_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--head-mask", default=None, metavar="MASK.json",
                         help="the head mask the model was trained with (default: the one "
                              "recorded in the checkpoint)")
+    parser.add_argument("--protocol", default=None, choices=("quick", "converged"),
+                        help="how an *_l0 or from_scratch model was trained (recipes/README.md); "
+                             "default: not recorded (read as quick)")
+    parser.add_argument("--seed", type=int, default=None, help="the training seed")
+    parser.add_argument("--phase", action="append", default=[], metavar="NAME=VALIDATIONS.jsonl",
+                        help="a training phase and its --validation-trace file (repeat, in order): "
+                             "its update counts go into the result file")
+    parser.add_argument("--plateau-validations", type=int, default=None, metavar="N",
+                        help="the plateau rule of the phase named l0 (--stop-on-plateau), to "
+                             "record where it held")
+    parser.add_argument("--plateau-loss-tolerance", type=float, default=None, metavar="T")
     parser.add_argument("--subset", default="test", help="the subset translated (default: %(default)s)")
     parser.add_argument("--results-dir", default=None, metavar="DIR",
                         help="paths in the file are relative to this folder (default: RESULTS for "
                              "--out RESULTS/results/NAME/result.json, else --out's folder)")
+
+
+def training_phases(phases, plateau_validations, plateau_loss_tolerance):
+    """{"phases": {name: summary}, "updates": the sum over phases} from NAME=FILE arguments, or
+    None without any."""
+    from ..convergence import DEFAULT_LOSS_TOLERANCE, phase_summary, read_validations
+    from ..errors import CommandError
+
+    if not phases:
+        return None
+    summaries = {}
+    for item in phases:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise CommandError(f"--phase must be NAME=VALIDATIONS.jsonl, got {item!r}")
+        records = read_validations(path)
+        if not records:
+            raise CommandError(f"--phase {name}: no validation records in {path}")
+        rule = plateau_validations if name == "l0" else None
+        tolerance = DEFAULT_LOSS_TOLERANCE if plateau_loss_tolerance is None else plateau_loss_tolerance
+        summaries[name] = phase_summary(records, rule, tolerance)
+    return {"phases": summaries, "updates": sum(s["updates"] for s in summaries.values())}
 
 
 def run_result(args) -> int:
@@ -40,6 +73,9 @@ def run_result(args) -> int:
                                 subset=args.subset, l0_lambda=args.l0_lambda,
                                 from_model=args.from_model, head_mask_file=args.head_mask,
                                 results_dir=args.results_dir or results_dir_of(args.out))
+    result.update(protocol=args.protocol, seed=args.seed,
+                  training=training_phases(args.phase, args.plateau_validations,
+                                           args.plateau_loss_tolerance))
     write_model_result(result, args.out)
     kept = " ".join(f"{t} {result['heads_kept'][t]}/{result['heads_total'][t]}" for t in result["heads_kept"])
     print(f"{args.name}: BLEU {result['bleu']:.2f}  heads kept {kept}; wrote {args.out}")

@@ -121,22 +121,31 @@ def _differences(inputs: Inputs, kinds) -> Tuple[str, Table]:
 
 
 def _encoder_section(inputs: Inputs, draw: Callable) -> Section:
-    table = tables.encoder_pruning_table(inputs.results, inputs.curve)
+    shown = tables.headline(inputs.results)
+    table = tables.encoder_pruning_table(shown, inputs.curve)
     curve = tables.curve_points(inputs.curve) if inputs.curve else []
     name = draw("encoder_pruning.png", figures.encoder_pruning_figure,
-                tables.encoder_sweep_points(inputs.results), curve)
+                tables.encoder_sweep_points(shown), curve)
     return Section("1. Encoder heads: BLEU against heads kept (L0 sweep, decoder frozen) and "
                    "heuristic pruning", [("", table), _differences(inputs, [layout.ENCODER_L0])],
                    [("BLEU against encoder heads kept", name)])
 
 
 def _all_types_section(inputs: Inputs, draw: Callable) -> Section:
+    captions = [("", tables.all_types_table(inputs.results)),
+                _differences(inputs, [layout.ALL_L0, layout.FROM_SCRATCH])]
+    fair = "Trained vs from scratch, converged protocol, per seed"
+    try:
+        captions += [(fair, tables.trained_vs_scratch_table(inputs.results, inputs.translations)),
+                     ("Trained vs from scratch over the seeds", tables.seed_summary_table(inputs.results))]
+    except MissingInput as missing:
+        captions.append((f"{fair}: not computed ({missing})", Table([], [])))
     return Section("2. All attention types pruned: heads kept, BLEU from trained vs from scratch",
-                   [("", tables.all_types_table(inputs.results)),
-                    _differences(inputs, [layout.ALL_L0, layout.FROM_SCRATCH])], [])
+                   captions, [])
 
 
 def _first_losses_section(inputs: Inputs, draw: Callable) -> Section:
+    inputs = inputs._replace(results=tables.headline(inputs.results))
     pruned = tables.by_kind(inputs.results, layout.ALL_L0)
     if not pruned:
         raise MissingInput("no all-attention-types L0 results (kind all_l0)")
@@ -173,21 +182,29 @@ def _agreement_section(inputs: Inputs, draw: Callable) -> Section:
 
 
 def _trace_section(inputs: Inputs, draw: Callable, trace_lambda: Optional[float]) -> Section:
-    candidates = [r for r in tables.by_kind(inputs.results, layout.ALL_L0) if r["name"] in inputs.traces]
+    traced = [r for r in tables.by_kind(inputs.results, layout.ALL_L0) if r["name"] in inputs.traces]
+    candidates = traced
     if trace_lambda is not None:
         candidates = [r for r in candidates if r["l0_lambda"] == trace_lambda]
     if not candidates:
         raise MissingInput("no gate trace of an all-attention-types run"
                            + (f" with λ={trace_lambda:g}" if trace_lambda is not None else ""))
-    chosen = candidates[-1]  # the largest lambda: the most heads die
+    # The slowest gates (smallest gate lr scale: heads die one by one there), then the largest
+    # lambda (the most heads die); a file without a scale counts as the fastest.
+    chosen = min(candidates, key=lambda r: (r.get("gate_lr_scale") or float("inf"), -r["l0_lambda"],
+                                            r.get("seed") or 1))
     series = tables.trace_series(tables.with_final_gates(read_trace(inputs.traces[chosen["name"]]), chosen))
-    title = f"P(open) of every head over fine-tuning, λ={tables.format_lambda(chosen['l0_lambda'])}"
+    title = f"P(open) of every head over fine-tuning, {tables.trace_label(chosen)}"
     name = draw("gate_trace.png", figures.gate_trace_figure, series, title)
+    runs = [(tables.trace_label(r) + ("" if (r.get("seed") or 1) == 1 else f", seed {r['seed']}"),
+             *tables.open_heads_series(read_trace(inputs.traces[r["name"]]))) for r in traced]
+    dying = draw("open_heads.png", figures.open_heads_figure, runs)
     return Section("6. Heads dying over training", [(title, tables.trace_summary(series))],
-                   [(title, name)])
+                   [(title, name), ("Open heads over the L0 fine-tune, every traced run", dying)])
 
 
 def _survivors_section(inputs: Inputs, draw: Callable) -> Section:
+    inputs = inputs._replace(results=tables.headline(inputs.results))
     if not inputs.heads:
         raise MissingInput("no stats/baseline/heads.csv (head functions of the baseline)")
     runs, open_counts, _ = tables.survivor_counts(inputs.results, inputs.heads)

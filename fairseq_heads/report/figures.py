@@ -90,3 +90,22 @@ def survivors_figure(labels: Sequence[str], counts: Dict[str, List[int]], path: 
     axes.set_ylabel("open heads")
     axes.legend(fontsize=8)
     _save(figure, path)
+
+
+def open_heads_figure(runs: Sequence[Tuple[str, List[int], Dict[str, List[int]]]], path: str) -> None:
+    """Open heads (the head-keeping rule) against training updates, one panel per attention
+    type, one line per traced run (label, updates, {type: open heads}): heads dying one by one
+    show as a staircase, a bundle as a cliff."""
+    plt = pyplot()
+    types = [t for t in ATTENTION_TYPES if any(t in counts for _, _, counts in runs)]
+    figure, panels = plt.subplots(1, len(types), figsize=(4 * len(types), 3.5), squeeze=False)
+    for axes, attention_type in zip(panels[0], types):
+        for label, updates, counts in runs:
+            if attention_type in counts:
+                axes.step(updates, counts[attention_type], where="post", label=label, linewidth=1.2)
+        axes.set_title(attention_type)
+        axes.set_xlabel("update")
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=7)
+    panels[0][0].set_ylabel("open heads")
+    _save(figure, path)

@@ -30,3 +30,13 @@ ENCODER_L0 = "encoder_l0"      # encoder self-attention gated, decoder frozen, o
 ALL_L0 = "all_l0"              # all three attention types gated, one L0 lambda
 FROM_SCRATCH = "from_scratch"  # trained from random init with the heads of an *_l0 model fixed off
 KINDS = (BASELINE, ENCODER_L0, ALL_L0, FROM_SCRATCH)
+
+# Training protocols of the *_l0 and from_scratch models (recipes/README.md); a result file
+# without one is from before the converged protocol existed: quick.
+QUICK = "quick"          # a fixed, short L0 fine-tune (FINETUNE_UPDATES)
+CONVERGED = "converged"  # L0 until the plateau rule, then the fixed mask until --patience
+PROTOCOLS = (QUICK, CONVERGED)
+
+
+def protocol_of(result: dict) -> str:
+    return result.get("protocol") or QUICK

@@ -11,7 +11,16 @@ which heads it kept.
      "layout": {"enc-self": [6, 8], ...},                 # (layers, heads per layer)
      "heads_kept": {"enc-self": 17, ...}, "heads_total": {"enc-self": 48, ...},
      "kept": {"enc-self": [[1, 0, ...], ...], ...},       # per layer, per head
-     "p_open": {"enc-self": [[0.98, 0.01, ...], ...]}}     # gated types only
+     "p_open": {"enc-self": [[0.98, 0.01, ...], ...]},    # gated types only
+     "gate_lr_scale": 1000,                               # of a gate_adam training, else null
+     # written by `fairseq-heads result --protocol/--seed/--phase` (the recipes' steps):
+     "protocol": "converged" | "quick" | null,            # null: an older file, read as quick
+     "seed": 1,
+     "training": {"phases": {"l0": {"updates": 900, "validations": 9, "best_update": 900,
+                                    "best_loss": 4.61, "open_heads": 70,
+                                    "converged_at": 900, "rule": "5 consecutive ..."},
+                             "fixed_mask": {"updates": 1400, "best_update": 900, ...}},
+                  "updates": 2300} | null}                # updates run, summed over the phases
 """
 import json
 import os
@@ -139,6 +148,7 @@ def build_model_result(name: str, kind: str, checkpoint: str, generate_output: s
     source, kept, p_open = kept_heads(state, mask)
     layout = checkpoint_layout(state)
     history = state.get("optimizer_history") or [{}]
+    optimizer = _field(state.get("cfg"), "optimizer") or state.get("args")
     return {
         "name": name, "kind": kind, "l0_lambda": l0_lambda, "from_model": from_model,
         "checkpoint": _relative(checkpoint, results_dir), "subset": subset,
@@ -153,6 +163,7 @@ def build_model_result(name: str, kind: str, checkpoint: str, generate_output: s
         "kept": kept,
         "p_open": {t: [[None if v != v else v for v in row] for row in rows]
                    for t, rows in p_open.items()},
+        "gate_lr_scale": _field(optimizer, "gate_lr_scale"),
     }
 
 

@@ -13,7 +13,7 @@ from ..heads import ATTENTION_TYPES
 from ..numbers import format_number
 from ..stats.metrics.syntactic import parse_syntactic_column
 from ..stats.table import label_kind, number_or_nan, parse_labels
-from .layout import ALL_L0, BASELINE, ENCODER_L0, FROM_SCRATCH
+from .layout import ALL_L0, BASELINE, CONVERGED, ENCODER_L0, FROM_SCRATCH, QUICK, protocol_of
 
 FUNCTIONS = ("positional", "syntactic", "rare")  # a head's function: the labels of heads.csv
 NO_FUNCTION = "none"
@@ -36,6 +36,36 @@ def by_kind(results: Iterable[dict], kind: str) -> List[dict]:
     """The results of one kind, by increasing L0 lambda (None first)."""
     chosen = [r for r in results if r.get("kind") == kind]
     return sorted(chosen, key=lambda r: (r.get("l0_lambda") is not None, r.get("l0_lambda") or 0.0))
+
+
+def headline(results: Sequence[dict]) -> List[dict]:
+    """The results the tables lead with: one model per (kind, λ) - the converged protocol's if
+    there is one, else the quick one; among those, the gate learning rate most of them were
+    trained at (the tables' setting) and the lowest seed. From-scratch models follow the model
+    their layout came from. The others appear in their own rows (quick protocol, seeds, traces)."""
+    trained = [r for r in results if r.get("kind") in (ENCODER_L0, ALL_L0)]
+    # the usual scale among the converged models if there are any (older files record none)
+    scales = ([r.get("gate_lr_scale") for r in trained if protocol_of(r) == CONVERGED]
+              or [r.get("gate_lr_scale") for r in trained])
+    usual_scale = max(set(scales), key=lambda v: (scales.count(v), -(v or 0))) if scales else None
+
+    def preference(result):
+        return (protocol_of(result) != CONVERGED, result.get("gate_lr_scale") != usual_scale,
+                result.get("seed") or 1, result["name"])
+
+    chosen: Dict[Tuple[str, object], dict] = {}
+    for result in sorted(trained, key=preference):
+        chosen.setdefault((result["kind"], result.get("l0_lambda")), result)
+    names = {r["name"] for r in chosen.values()}
+    scratch = [r for r in results if r.get("kind") == FROM_SCRATCH and r.get("from_model") in names]
+    return [r for r in results if r.get("kind") == BASELINE] + list(chosen.values()) + scratch
+
+
+def protocol_label(result: dict) -> str:
+    """'converged, seed 2' / 'quick, 150 updates' (the tables' protocol column)."""
+    if protocol_of(result) == QUICK:
+        return f"quick, {result['updates']} updates" if result.get("updates") is not None else "quick"
+    return f"converged, seed {result.get('seed') or 1}"
 
 
 def baseline_result(results: Iterable[dict]) -> dict:
@@ -112,20 +142,115 @@ def encoder_pruning_table(results: Sequence[dict], curve_rows: Optional[Sequence
 
 def all_types_table(results: Sequence[dict]) -> Table:
     """Per lambda: heads kept per attention type, BLEU fine-tuned from the trained model and
-    BLEU of the same layout trained from scratch."""
-    pruned = by_kind(results, ALL_L0)
+    BLEU of the same layout trained from scratch: the headline models (see `headline`), then,
+    when those are converged, the quick protocol's models as rows labelled so."""
+    shown = headline(results)
+    pruned = by_kind(shown, ALL_L0)
     if not pruned:
         raise MissingInput("no all-attention-types L0 results (kind all_l0)")
     scratch = {r.get("from_model"): r for r in by_kind(results, FROM_SCRATCH)}
     baseline = baseline_result(results)
-    rows = [["baseline", *(f"{baseline['heads_kept'][t]}/{baseline['heads_total'][t]}"
-                          for t in ATTENTION_TYPES), baseline["bleu"], None]]
-    for result in pruned:
+    rows = [["baseline", "", *(f"{baseline['heads_kept'][t]}/{baseline['heads_total'][t]}"
+                              for t in ATTENTION_TYPES), baseline["bleu"], None]]
+    quick = [r for r in by_kind(results, ALL_L0) if protocol_of(r) == QUICK and r not in pruned]
+    for result in pruned + quick:
         from_scratch = scratch.get(result["name"])
-        rows.append([f"λ={format_lambda(result['l0_lambda'])}",
+        label = f"λ={format_lambda(result['l0_lambda'])}"
+        rows.append([label if result in pruned else f"{label} (quick protocol)", protocol_label(result),
                      *(f"{result['heads_kept'][t]}/{result['heads_total'][t]}" for t in ATTENTION_TYPES),
                      result["bleu"], from_scratch["bleu"] if from_scratch else None])
-    return Table(["model", *ATTENTION_TYPES, "BLEU (from trained)", "BLEU (from scratch)"], rows)
+    note = ("quick protocol: a short L0 fine-tune of a fixed number of updates, the earlier "
+            "protocol; not comparable with the converged rows" if quick else "")
+    return Table(["model", "protocol", *ATTENTION_TYPES, "BLEU (from trained)", "BLEU (from scratch)"],
+                 rows, note)
+
+
+def _training_updates(result: dict) -> Optional[int]:
+    """The updates this model's own training ran: the summed phases of a converged model
+    (result["training"], patience tails included), else its checkpoint's update count."""
+    training = result.get("training") or {}
+    return training.get("updates", result.get("updates"))
+
+
+def _phase(result: dict, name: str, field: str):
+    return ((result.get("training") or {}).get("phases") or {}).get(name, {}).get(field)
+
+
+def trained_vs_scratch_table(results: Sequence[dict],
+                             translations: Dict[str, Tuple[List[str], List[str]]],
+                             samples: int = 1000) -> Table:
+    """The fair comparison: every converged all-types model that has its layout trained from
+    scratch too, one row per seed (ΔBLEU = scratch - trained, paired bootstrap 95% CI), and per
+    lambda a row of the means with the seed spread (max - min over seeds) of either side.
+    Updates: trained = the baseline's + the L0 phase's + the fixed-mask phase's (patience tail
+    included); scratch = its own (patience tail included)."""
+    from .significance import paired_bootstrap, sentence_statistics
+
+    pairs = _converged_pairs(results)
+    if not pairs:
+        raise MissingInput("no converged all-types model with its layout trained from scratch "
+                           "(PROTOCOL=converged, SCRATCH_LAMBDAS)")
+    missing = sorted({r["name"] for pair in pairs for r in pair if r["name"] not in translations})
+    if missing:
+        raise MissingInput("no fairseq-generate output (results/<model>/generate.txt) of " + ", ".join(missing))
+    baseline_updates = baseline_result(results).get("updates") or 0
+    rows = []
+    for trained, from_scratch in pairs:
+        difference = paired_bootstrap(sentence_statistics(*translations[from_scratch["name"]]),
+                                      sentence_statistics(*translations[trained["name"]]), samples=samples)
+        kept = sum(trained["heads_kept"].values())
+        total = sum(trained["heads_total"].values())
+        trained_updates = _training_updates(trained)
+        rows.append([f"λ={format_lambda(trained['l0_lambda'])}", trained.get("seed"), f"{kept}/{total}",
+                     trained["bleu"], from_scratch["bleu"], difference.delta, difference.ci_low,
+                     difference.ci_high, _phase(trained, "l0", "updates"),
+                     _phase(trained, "l0", "converged_at") or "cap",
+                     _phase(trained, "fixed_mask", "updates"),
+                     None if trained_updates is None else baseline_updates + trained_updates,
+                     _training_updates(from_scratch)])
+    return Table(["layout", "seed", "heads kept", "BLEU trained", "BLEU scratch", "Δ scratch − trained",
+                  "95% CI low", "95% CI high", "L0 updates", "plateau at", "fixed-mask updates",
+                  "updates trained (incl. baseline)", "updates scratch"], rows,
+                 f"converged protocol; paired bootstrap over the test sentences, {samples} resamples; "
+                 "'plateau at' is the update where the plateau rule held ('cap': it never did)")
+
+
+def _converged_pairs(results: Sequence[dict]) -> List[Tuple[dict, dict]]:
+    scratch = {r.get("from_model"): r for r in by_kind(results, FROM_SCRATCH) if protocol_of(r) == CONVERGED}
+    return sorted([(r, scratch[r["name"]]) for r in by_kind(results, ALL_L0)
+                   if protocol_of(r) == CONVERGED and r["name"] in scratch],
+                  key=lambda p: (p[0]["l0_lambda"], p[0].get("seed") or 1))
+
+
+def seed_summary_table(results: Sequence[dict]) -> Table:
+    """Per layout of the fair comparison: mean BLEU of either side over the seeds, the seed
+    spread (max - min) of either side, and the mean training updates of either side."""
+    pairs = _converged_pairs(results)
+    if not pairs:
+        raise MissingInput("no converged all-types model with its layout trained from scratch")
+    baseline_updates = baseline_result(results).get("updates") or 0
+    grouped: Dict[float, List[Tuple[dict, dict]]] = {}
+    for trained, from_scratch in pairs:
+        grouped.setdefault(trained["l0_lambda"], []).append((trained, from_scratch))
+
+    def mean(values):
+        values = [v for v in values if v is not None]
+        return sum(values) / len(values) if values else None
+
+    rows = []
+    for l0_lambda, group in sorted(grouped.items()):
+        trained = [t["bleu"] for t, _ in group]
+        scratch = [s["bleu"] for _, s in group]
+        rows.append([f"λ={format_lambda(l0_lambda)}", " ".join(str(t.get("seed")) for t, _ in group),
+                     mean(trained), max(trained) - min(trained), mean(scratch), max(scratch) - min(scratch),
+                     mean(scratch) - mean(trained),
+                     mean([None if _training_updates(t) is None else baseline_updates + _training_updates(t)
+                           for t, _ in group]),
+                     mean([_training_updates(s) for _, s in group])])
+    return Table(["layout", "seeds", "BLEU trained (mean)", "seed spread trained", "BLEU scratch (mean)",
+                  "seed spread scratch", "Δ scratch − trained (means)", "updates trained (mean)",
+                  "updates scratch (mean)"], rows,
+                 "seed spread: max - min BLEU over the seeds; one seed gives a spread of 0")
 
 
 def bleu_difference_table(results: Sequence[dict],
@@ -308,6 +433,28 @@ def with_final_gates(trace: Sequence[dict], result: dict) -> List[dict]:
              for t, rows in result["p_open"].items() for layer, row in enumerate(rows)
              for head, p in enumerate(row) if p is not None]
     return records + [{"update": result["updates"], "heads": heads}]
+
+
+def open_heads_series(trace: Sequence[dict]) -> Tuple[List[int], Dict[str, List[int]]]:
+    """(updates, {attention type: open heads at each}) from gate-trace records: the heads the
+    head-keeping rule keeps ("open"; P(open) >= 0.5 in a record without it)."""
+    if not trace:
+        raise MissingInput("empty gate trace")
+    updates, counts = [], {}
+    records = sorted(trace, key=lambda r: r["update"])
+    types = [t for t in ATTENTION_TYPES if any(h["type"] == t for r in records for h in r["heads"])]
+    for record in records:
+        updates.append(int(record["update"]))
+        for attention_type in types:
+            counts.setdefault(attention_type, []).append(sum(
+                int(h.get("open", h["p_open"] >= 0.5)) for h in record["heads"] if h["type"] == attention_type))
+    return updates, counts
+
+
+def trace_label(result: dict) -> str:
+    scale = result.get("gate_lr_scale")
+    return (f"λ={format_lambda(result['l0_lambda'])}, {protocol_of(result)}"
+            + (f", gate lr ×{scale:g}" if scale is not None else ""))
 
 
 def trace_summary(series) -> Table:

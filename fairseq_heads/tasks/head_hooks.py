@@ -1,16 +1,28 @@
-"""What the `*_heads` tasks add to a fairseq task: `--head-mask` and `--gate-trace`.
+"""What the `*_heads` tasks add to a fairseq task: `--head-mask`, `--gate-trace` and
+`--validation-trace` / `--stop-on-plateau` (the converged protocol's stopping rule).
 
-`HeadHooksConfig` holds the options, `HeadHooksMixin` the two hooks (build_model applies the
-mask; train_step records the gates); `translation_heads` and `language_modeling_heads` are
-fairseq's tasks with both mixed in.
+`HeadHooksConfig` holds the options, `HeadHooksMixin` the hooks (build_model applies the mask;
+train_step records the gates; post_validate records each validation and applies the stopping
+rule of fairseq_heads/convergence.py); `translation_heads` and `language_modeling_heads` are
+fairseq's tasks with them mixed in.
 """
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
 import torch.distributed as dist
 
+from ..convergence import (
+    DEFAULT_LOSS_TOLERANCE,
+    Validation,
+    check_rule,
+    converged_at,
+    describe_rule,
+    read_validations,
+    validation_line,
+)
 from ..files import write_text_atomic
 from ..gating.head_masks import apply_head_mask, load_head_mask
 from ..models.gated_transformer import iter_gates
@@ -32,6 +44,24 @@ class HeadHooksConfig:
     )
     gate_trace_interval: int = field(
         default=50, metadata={"help": "updates between two --gate-trace records"}
+    )
+    validation_trace: Optional[str] = field(
+        default=None,
+        metadata={"help": "append one JSON line per validation (update, valid loss, open heads, "
+                          "expected L0) to this file; --stop-on-plateau reads it back when a run "
+                          "is resumed (the records after the checkpoint's update are dropped)"},
+    )
+    stop_on_plateau: int = field(
+        default=0,
+        metadata={"help": "stop training once N consecutive validations changed neither the "
+                          "number of open heads nor the valid loss (relative change < "
+                          "--plateau-loss-tolerance); 0: off. Validate every K updates "
+                          "(--validate-interval-updates) for a regular rule"},
+    )
+    plateau_loss_tolerance: float = field(
+        default=DEFAULT_LOSS_TOLERANCE,
+        metadata={"help": "relative valid-loss change below which --stop-on-plateau counts a "
+                          "validation as unchanged"},
     )
 
 
@@ -68,6 +98,47 @@ def trim_gate_trace(path: str, first_update: int) -> None:
         write_text_atomic(path, "".join(kept))
 
 
+def trim_validation_trace(path: str, last_update: int) -> None:
+    """Drop the records of validations after `last_update` (the update of the checkpoint a run
+    resumes from: it will validate there again) and any line cut short by a kill."""
+    if not os.path.isfile(path):
+        return
+    records = read_validations(path)
+    kept = [r for r in records if r.update <= last_update]
+    text = "".join(validation_line(r) for r in kept)
+    with open(path, encoding="utf-8") as f:
+        if f.read() != text:
+            write_text_atomic(path, text)
+
+
+def open_head_count(model) -> Optional[int]:
+    """Heads kept by the head-keeping rule over every gate; None for a model without gates."""
+    gates = [gate for _, _, gate in iter_gates(model)]
+    return int(sum(int(gate.is_open().sum()) for gate in gates)) if gates else None
+
+
+def stop_training_when(stop_requested) -> None:
+    """Make fairseq-train stop (after saving the checkpoint of that validation) once
+    `stop_requested()` is true. fairseq-train asks `fairseq_cli.train.should_stop_early(cfg,
+    valid_loss)` after every validation, and that is the one function wrapped here: fairseq's
+    own answer (--patience) is still computed first, so both rules apply. Outside fairseq-train
+    (fairseq-generate, tests) there is nothing to stop and nothing is changed."""
+    # `fairseq-train` loads fairseq_cli.train as such; `python -m fairseq_cli.train` as __main__
+    for name in ("fairseq_cli.train", "__main__"):
+        train = sys.modules.get(name)
+        if train is None or not (hasattr(train, "should_stop_early") and hasattr(train, "validate_and_save")):
+            continue
+        fairseq_rule = getattr(train.should_stop_early, "fairseq_rule", train.should_stop_early)
+
+        def should_stop_early(cfg, valid_loss, fairseq_rule=fairseq_rule):
+            # fairseq's function keeps its counters as attributes of the module-level name, which
+            # is now this wrapper: they live here, consistently, as long as the process runs.
+            return bool(fairseq_rule(cfg, valid_loss)) or (valid_loss is not None and stop_requested())
+
+        should_stop_early.fairseq_rule = fairseq_rule
+        train.should_stop_early = should_stop_early
+
+
 def append_gate_trace(model, update_num: int, path: str) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:
@@ -92,6 +163,11 @@ class HeadHooksMixin:
             raise ValueError(f"--gate-trace-interval must be >= 1, got {options.gate_trace_interval}")
         self._last_traced_update = None
         self._trace_trimmed = False
+        self.validations: list = []  # this run's Validation records (and a resumed run's before)
+        self.converged = None  # the Validation at which --stop-on-plateau fired
+        if options.stop_on_plateau:
+            check_rule(options.stop_on_plateau, options.plateau_loss_tolerance)
+            stop_training_when(lambda: self.converged is not None)
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
@@ -105,9 +181,41 @@ class HeadHooksMixin:
         if trace and ("{rank}" in trace or rank == 0):
             path = trace.replace("{rank}", str(rank))
             if not self._trace_trimmed:  # the first update of this run
-                self._trace_trimmed = True
                 trim_gate_trace(path, update_num)
             if update_num % interval == 0 and update_num != self._last_traced_update:
                 self._last_traced_update = update_num
                 append_gate_trace(model, update_num, path)
+        if not self._trace_trimmed:
+            self._trace_trimmed = True
+            validation_trace = self.head_options.validation_trace
+            if validation_trace:
+                # A resumed run: what was validated up to its checkpoint is the rule's memory
+                # (every worker reads it, so that all of them stop together).
+                self.validations = [r for r in read_validations(validation_trace) if r.update <= update_num]
+                if rank == 0:
+                    trim_validation_trace(validation_trace, update_num)
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+
+    def post_validate(self, model, stats, agg):
+        """After each validation (fairseq-train calls it with the subset's stats): record it,
+        and apply --stop-on-plateau's rule to the records so far."""
+        options = self.head_options
+        if "loss" not in stats or "num_updates" not in stats:
+            return
+        expected = stats.get("expected_l0")
+        record = Validation(int(stats["num_updates"]), float(stats["loss"]), open_head_count(model),
+                            None if expected is None else float(expected))
+        self.validations.append(record)
+        if options.validation_trace and worker_rank() == 0:
+            os.makedirs(os.path.dirname(os.path.abspath(options.validation_trace)), exist_ok=True)
+            with open(options.validation_trace, "a", encoding="utf-8") as f:
+                f.write(validation_line(record))
+        if options.stop_on_plateau and self.converged is None:
+            index = converged_at(self.validations, options.stop_on_plateau,
+                                 options.plateau_loss_tolerance)
+            if index is not None:
+                self.converged = self.validations[index]
+                print(f"converged at update {self.converged.update} ("
+                      f"{describe_rule(options.stop_on_plateau, options.plateau_loss_tolerance)}): "
+                      f"{self.converged.open_heads} heads open, valid loss "
+                      f"{self.converged.loss:.4f}; stopping", file=sys.stderr, flush=True)

@@ -9,7 +9,7 @@ ROOT = os.path.dirname(fairseq_heads.__file__)
 PACKAGE = "fairseq_heads"
 # Bottom up; a module may import from its own layer and the layers below it.
 LAYERS = [
-    {"heads", "files", "numbers", "plotting", "bleu", "errors", "compat", "checkpoints"},
+    {"heads", "files", "numbers", "plotting", "bleu", "errors", "compat", "checkpoints", "convergence"},
     {"gating", "data"},
     {"models", "criterions", "tasks", "optim"},
     {"stats"},

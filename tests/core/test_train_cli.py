@@ -181,16 +181,21 @@ def test_bad_head_mask_fails_naming_the_file(plain_checkpoint, toy_data_bin, tmp
 def test_resuming_from_an_earlier_checkpoint_drops_the_trace_records_after_it(plain_checkpoint, toy_data_bin,
                                                                                tmp_path):
     trace = tmp_path / "gate_trace.jsonl"
+    validations = tmp_path / "validations.jsonl"  # the converged protocol's record, resumed alike
     options = ["--gate-trace", str(trace), "--gate-trace-interval", "3", "--save-interval-updates", "4",
-               "--keep-interval-updates", "2", "--max-valid-steps", "1"]
+               "--keep-interval-updates", "2", "--max-valid-steps", "1",
+               "--validation-trace", str(validations), "--validate-interval-updates", "4"]
     check(finetune(toy_data_bin.data_bin, tmp_path, plain_checkpoint, 0.0, 10, *options))
     assert [json.loads(line)["update"] for line in trace.read_text().splitlines()] == [0, 3, 6, 9]
+    validated = [json.loads(line)["update"] for line in validations.read_text().splitlines()]
+    assert validated[:2] == [4, 8] and validated[-1] == 10 and validated == sorted(set(validated))
     with open(trace, "a") as f:
         f.write('{"update": 12, "hea')  # what a kill mid-append leaves
     # Back to update 4 (as after a crash before the last save): 6 and 9 are done again, traced once.
     shutil.copyfile(tmp_path / "checkpoint_1_4.pt", tmp_path / "checkpoint_last.pt")
     check(finetune(toy_data_bin.data_bin, tmp_path, plain_checkpoint, 0.0, 10, *options))
     assert [json.loads(line)["update"] for line in trace.read_text().splitlines()] == [0, 3, 6, 9]
+    assert [json.loads(line)["update"] for line in validations.read_text().splitlines()] == validated
 
 
 def test_finetuning_from_a_plain_checkpoint_with_other_head_counts_is_refused(plain_checkpoint, toy_data_bin,

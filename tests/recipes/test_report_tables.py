@@ -38,10 +38,12 @@ def test_encoder_points_and_nearest_curve_point():
 
 def test_all_types_table_pairs_from_scratch_with_its_source():
     table = tables.all_types_table(RESULTS)
-    assert table.columns == ["model", "enc-self", "dec-self", "enc-dec", "BLEU (from trained)", "BLEU (from scratch)"]
-    assert cells(table, "baseline") == ["baseline", "4/4", "4/4", "4/4", 32.0, None]
-    assert cells(table, "λ=0.1") == ["λ=0.1", "4/4", "3/4", "4/4", 29.0, 27.5]
-    assert cells(table, "λ=1") == ["λ=1", "4/4", "1/4", "2/4", 18.0, 15.0]
+    assert table.columns == ["model", "protocol", "enc-self", "dec-self", "enc-dec", "BLEU (from trained)",
+                             "BLEU (from scratch)"]
+    assert cells(table, "baseline") == ["baseline", "", "4/4", "4/4", "4/4", 32.0, None]
+    assert cells(table, "λ=0.1") == ["λ=0.1", "quick", "4/4", "3/4", "4/4", 29.0, 27.5]
+    assert cells(table, "λ=1") == ["λ=1", "quick", "4/4", "1/4", "2/4", 18.0, 15.0]
+    assert table.note == ""  # only one protocol: nothing to tell apart
     without_scratch = [r for r in RESULTS if r["kind"] != "from_scratch"]
     assert cells(tables.all_types_table(without_scratch), "λ=1")[-1] is None
 
@@ -141,17 +143,18 @@ def test_build_report_writes_everything(results_dir):
     assert skipped == []
     names = {os.path.relpath(p, results_dir) for p in written}
     assert names == {"tables.md", "report.html", "figures/encoder_pruning.png",
-                     "figures/heads_kept_by_type.png", "figures/gate_trace.png", "figures/survivors.png"}
+                     "figures/heads_kept_by_type.png", "figures/gate_trace.png", "figures/open_heads.png",
+                     "figures/survivors.png"}
     for path in written:
         if path.endswith(".png"):
             with open(path, "rb") as f:
                 assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     markdown = open(os.path.join(results_dir, "tables.md")).read()
     assert markdown.count("\n## ") == 7 and "Skipped" not in markdown
-    assert "| λ=1 | 4/4 | 1/4 | 2/4 | 18.00 | 15.00 |" in markdown  # numbers come from the files
+    assert "| λ=1 | quick | 4/4 | 1/4 | 2/4 | 18.00 | 15.00 |" in markdown  # numbers come from the files
     page = open(os.path.join(results_dir, "report.html")).read()
     images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
-    assert len(images) == 4 and all(base64.b64decode(i)[:4] == b"\x89PNG" for i in images)
+    assert len(images) == 5 and all(base64.b64decode(i)[:4] == b"\x89PNG" for i in images)
     assert "<img" in page and 'src="figures/' not in page  # self-contained
     assert os.path.abspath(results_dir) not in markdown + page  # no machine's folders
     assert not [n for n in os.listdir(results_dir) if n.startswith(".")]  # no temporaries left
@@ -238,3 +241,108 @@ def test_gzipped_gate_trace_is_read_like_the_plain_one(results_dir):
     assert read_trace(inputs.traces["all_l0_1"]) == plain
     build_report(results_dir)
     assert os.path.isfile(os.path.join(results_dir, "figures", "gate_trace.png"))
+
+
+# ------------------------------------------------------------------ converged protocol, seeds
+
+
+def converged(name, kind, bleu, kept, seed, l0_lambda=1.0, from_model=None, phases=None, scale=1000):
+    result = model_result(name, kind, bleu, kept, l0_lambda, from_model)
+    updates = sum(p["updates"] for p in phases.values())
+    result.update(protocol="converged", seed=seed, gate_lr_scale=scale, updates=updates,
+                  training={"phases": phases, "updates": updates})
+    return result
+
+
+LAYOUT_1 = {"dec-self": [[0, 1], [0, 0]], "enc-dec": [[0, 0], [1, 1]]}
+QUICK_RESULTS = [dict(r, updates=150, gate_lr_scale=1000) if r["kind"] != "baseline" else dict(r, updates=2000)
+                 for r in RESULTS]
+CONVERGED_RESULTS = QUICK_RESULTS + [
+    converged("all_l0_1_conv_s1", "all_l0", 25.0, LAYOUT_1, 1, phases={
+        "l0": {"updates": 600, "converged_at": 600}, "fixed_mask": {"updates": 900}}),
+    converged("all_l0_1_conv_s2", "all_l0", 24.0, LAYOUT_1, 2, phases={
+        "l0": {"updates": 800, "converged_at": None}, "fixed_mask": {"updates": 500}}),
+    converged("all_l0_1_conv_s1_glr100", "all_l0", 26.0, LAYOUT_1, 1, scale=100, phases={
+        "l0": {"updates": 900, "converged_at": 900}, "fixed_mask": {"updates": 500}}),
+    converged("scratch_all_l0_1_conv_s1", "from_scratch", 22.0, LAYOUT_1, 1, from_model="all_l0_1_conv_s1",
+              phases={"from_scratch": {"updates": 3000}}),
+    converged("scratch_all_l0_1_conv_s2", "from_scratch", 23.5, LAYOUT_1, 2, from_model="all_l0_1_conv_s2",
+              phases={"from_scratch": {"updates": 2600}}),
+]
+REFERENCES = [f"a small dog number {i} runs over the green grass today" for i in range(12)]
+
+
+def translations_of(results):
+    """Every model translates each reference exactly, except the last `drop` words of some
+    sentences: fewer with higher BLEU, so the paired differences point the tables' way."""
+    drops = {"all_l0_1_conv_s1": 3, "all_l0_1_conv_s2": 4, "scratch_all_l0_1_conv_s1": 5,
+             "scratch_all_l0_1_conv_s2": 2}
+    out = {}
+    for result in results:
+        drop = drops.get(result["name"], 0)
+        hypotheses = [" ".join(r.split()[:-1]) if i < drop * 2 else r for i, r in enumerate(REFERENCES)]
+        out[result["name"]] = (hypotheses, REFERENCES)
+    return out
+
+
+def test_headline_prefers_converged_then_the_usual_gate_lr_then_the_lowest_seed():
+    names = [r["name"] for r in tables.headline(CONVERGED_RESULTS)]
+    assert "all_l0_1_conv_s1" in names and "scratch_all_l0_1_conv_s1" in names
+    assert not {"all_l0_1", "all_l0_1_conv_s2", "all_l0_1_conv_s1_glr100", "scratch_all_l0_1"} & set(names)
+    assert "all_l0_0.1" in names  # no converged run at λ=0.1: the quick one is all there is
+    assert sorted(r["name"] for r in tables.headline(RESULTS)) == sorted(r["name"] for r in RESULTS)
+    # quick files written before gate_lr_scale was recorded outnumber the converged ones: the
+    # usual scale is still the converged models' (1000), not the slow-gate figure run's
+    older = [dict(r, gate_lr_scale=None) if r.get("protocol") is None else r for r in CONVERGED_RESULTS]
+    older = [dict(r, name="all_l0_1_conv_a_glr100") if r["name"].endswith("glr100") else r
+             for r in older]  # a name that sorts first: the scale, not the name, must decide
+    assert "all_l0_1_conv_s1" in [r["name"] for r in tables.headline(older)]
+
+
+def test_all_types_table_leads_with_converged_and_labels_the_quick_rows():
+    table = tables.all_types_table(CONVERGED_RESULTS)
+    assert cells(table, "λ=1") == ["λ=1", "converged, seed 1", "4/4", "1/4", "2/4", 25.0, 22.0]
+    assert cells(table, "λ=1 (quick protocol)") == ["λ=1 (quick protocol)", "quick, 150 updates",
+                                                    "4/4", "1/4", "2/4", 18.0, 15.0]
+    assert "quick protocol" in table.note
+
+
+def test_trained_vs_scratch_per_seed_with_intervals_and_updates():
+    table = tables.trained_vs_scratch_table(CONVERGED_RESULTS, translations_of(CONVERGED_RESULTS), samples=200)
+    assert [r[:5] for r in table.rows] == [["λ=1", 1, "7/12", 25.0, 22.0], ["λ=1", 2, "7/12", 24.0, 23.5]]
+    first, second = table.rows
+    # seed 1: scratch drops more words (worse), seed 2: fewer (better)
+    assert first[5] < 0 and first[6] <= first[5] <= first[7]
+    assert second[5] > 0 and second[6] <= second[5] <= second[7]
+    assert first[8:] == [600, 600, 900, 2000 + 1500, 3000]
+    assert second[8:] == [800, "cap", 500, 2000 + 1300, 2600]  # the L0 phase ran into its cap
+    summary = tables.seed_summary_table(CONVERGED_RESULTS)
+    assert summary.rows == [["λ=1", "1 2", 24.5, 1.0, 22.75, 1.5, 22.75 - 24.5, 2000 + 1400, 2800]]
+    with pytest.raises(tables.MissingInput, match="converged"):
+        tables.trained_vs_scratch_table(RESULTS, translations_of(RESULTS))
+
+
+def test_open_heads_series_counts_what_the_rule_keeps():
+    updates, counts = tables.open_heads_series(trace_records())
+    assert updates == [0, 5, 10]
+    assert counts == {"enc-self": [4, 4, 4], "dec-self": [4, 4, 3], "enc-dec": [4, 4, 4]}
+
+
+def test_report_with_converged_results_has_the_fair_comparison_and_the_heads_dying_figure(tmp_path):
+    root = str(tmp_path / "converged")
+    write_results_dir(root, results=CONVERGED_RESULTS)
+    for name, (hypotheses, references) in translations_of(CONVERGED_RESULTS).items():
+        with open(os.path.join(root, "results", name, "generate.txt"), "w") as f:
+            for i, (h, r) in enumerate(zip(hypotheses, references)):
+                f.write(f"T-{i}\t{r}\nD-{i}\t-0.1\t{h}\n")
+    slow = os.path.join(root, "models", "all_l0_1_conv_s1_glr100")
+    os.makedirs(slow)
+    with open(os.path.join(slow, "gate_trace.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in trace_records())
+    build_report(root)
+    text = open(os.path.join(root, "tables.md")).read()
+    assert "Trained vs from scratch, converged protocol, per seed" in text
+    assert "Trained vs from scratch over the seeds" in text and "λ=1 (quick protocol)" in text
+    # the heads-dying figure is the slow-gate run's; every traced run is in the open-heads figure
+    assert "P(open) of every head over fine-tuning, λ=1, converged, gate lr ×100" in text
+    assert os.path.getsize(os.path.join(root, "figures", "open_heads.png")) > 1000

@@ -63,3 +63,35 @@ def test_step_writing_its_own_outputs(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and (tmp_path / "own.txt").read_text() == "whole\n"
     assert (tmp_path / ".done" / "e").exists()
+
+
+RESUMABLE = r"""
+set -euo pipefail
+source "$LIB"
+# a training that is killed halfway the first time and goes on from its checkpoint the next
+train() { if [ -f "$STEP_OUT/checkpoint_last" ]; then echo "resumed" > "$STEP_OUT/model";
+          else echo half > "$STEP_OUT/checkpoint_last"; false; fi; }
+run_resumable_step "$NAME" "$RESULTS/$NAME" "$KEY" train
+"""
+
+
+def run_resumable(results, key):
+    env = dict(os.environ, RESULTS=str(results), LIB=LIB, NAME="t", KEY=key)
+    return subprocess.run(["bash", "-c", RESUMABLE], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_resumable_step_keeps_its_partial_output_and_resumes_under_the_same_settings(tmp_path):
+    killed = run_resumable(tmp_path, "k1")
+    assert killed.returncode != 0 and "kept" in killed.stderr
+    assert (tmp_path / "t.partial" / "checkpoint_last").exists() and not (tmp_path / ".done" / "t").exists()
+    resumed = run_resumable(tmp_path, "k1")
+    assert resumed.returncode == 0 and resumed.stdout.startswith("resume t")
+    assert (tmp_path / "t" / "model").read_text() == "resumed\n"
+    assert not (tmp_path / "t" / ".step_key").exists() and (tmp_path / ".done" / "t").read_text() == "k1"
+
+
+def test_resumable_step_starts_afresh_under_other_settings(tmp_path):
+    assert run_resumable(tmp_path, "k1").returncode != 0
+    again = run_resumable(tmp_path, "k2")  # the kept checkpoint is from other settings: not reused
+    assert again.returncode != 0 and again.stdout.startswith("run  t")
+    assert (tmp_path / "t.partial" / ".step_key").read_text() == "k2"

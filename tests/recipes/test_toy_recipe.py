@@ -20,7 +20,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 RECIPES = ("multi30k_en_de", "wmt_en_ru")
 LAMBDA = "0.01"  # the toy scale's default: one lambda per sweep
 MODELS = ("baseline", f"enc_l0_{LAMBDA}", f"all_l0_{LAMBDA}", f"scratch_all_l0_{LAMBDA}")
-FIGURES = ("encoder_pruning.png", "heads_kept_by_type.png", "gate_trace.png", "survivors.png")
+FIGURES = ("encoder_pruning.png", "heads_kept_by_type.png", "gate_trace.png", "open_heads.png", "survivors.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -146,6 +146,54 @@ def test_more_lambdas_run_only_their_own_steps(toy_results):
     assert not (results / "models" / "scratch_all_l0_0.02").exists()
     # the report has the new points
     assert "λ=0.02" in (results / "tables.md").read_text()
+
+
+def test_converged_protocol_stops_at_the_plateau_then_trains_the_fixed_mask(toy_results):
+    """PROTOCOL=converged on the toy folder (its baseline, stats and curve reused): the L0 phase
+    stops where the plateau rule first holds (a loose rule, so that it holds within the toy's
+    few updates), the mask is fixed, training goes on without the penalty, and the report leads
+    with the converged model, the quick one labelled. (The from-scratch side is left out to keep
+    CI short: ~5 fairseq starts here; its table is tested on hand-made files.)"""
+    from fairseq_heads.convergence import converged_at, read_validations
+
+    results, _ = toy_results
+    only_for_multi30k(results)
+    name = f"all_l0_{LAMBDA}_conv_s1"
+    process, _ = run_recipe(results, PROTOCOL="converged", LAMBDAS_ENC="", LAMBDAS_ALL=LAMBDA,
+                            SCRATCH_LAMBDAS="", SEEDS="1", PLATEAU_VALIDATIONS="1",
+                            PLATEAU_LOSS_TOLERANCE="0.05")
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    assert re.findall(r"^run  (\S+)$", process.stdout, re.M) == [
+        f"{name}_l0", f"mask_{name}", name, f"bleu_{name}", "report"]
+    l0 = read_validations(str(results / "models" / f"{name}_l0" / "validations.jsonl"))
+    stop = converged_at(l0, 1, 0.05)
+    assert stop == len(l0) - 1 and l0[-1].update < 40  # stopped by the rule, before the cap
+    assert f"converged at update {l0[-1].update}" in (results / "logs" / f"{name}_l0.log").read_text()
+    with open(results / "masks" / name / "head_mask.json") as f:
+        kept = sum(map(sum, (row for rows in json.load(f).values() for row in rows)))
+    assert kept == l0[-1].open_heads
+    fixed = read_validations(str(results / "models" / name / "validations.jsonl"))
+    assert fixed and {r.open_heads for r in fixed} == {kept}  # no gate moves any more
+    with open(results / "results" / name / "result.json") as f:
+        result = json.load(f)
+    assert (result["protocol"], result["seed"], result["heads_source"]) == ("converged", 1, "head_mask")
+    assert sum(result["heads_kept"].values()) == kept
+    phases = result["training"]["phases"]
+    assert phases["l0"]["converged_at"] == phases["l0"]["updates"] == l0[-1].update
+    assert phases["fixed_mask"]["updates"] == fixed[-1].update
+    assert result["training"]["updates"] == l0[-1].update + fixed[-1].update
+    markdown = (results / "tables.md").read_text()
+    assert re.search(rf"^\| λ={LAMBDA} \| converged, seed 1 \|", markdown, re.M)
+    assert f"| λ={LAMBDA} (quick protocol) | quick, 20 updates |" in markdown
+
+
+@pytest.mark.parametrize("setting, value", [("PROTOCOL", "slow"), ("SEEDS", "1 two"), ("SEEDS", "1 1"),
+                                            ("GATE_LR_SCALE", "-3")])
+def test_bad_settings_stop_before_any_step(tmp_path, setting, value):
+    process, _ = run_recipe(tmp_path / "results", **{setting: value})
+    assert process.returncode == 2
+    assert process.stderr.count("\n") == 1 and process.stderr.startswith(setting)
+    assert not (tmp_path / "results").exists()
 
 
 def test_failing_step_leaves_no_marker_and_no_result(toy_results):
