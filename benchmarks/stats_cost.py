@@ -16,7 +16,8 @@ Measures, in one run and as separate processes (so each pays fairseq's start-up 
 - peak resident memory (getrusage of the child, maxrss) of `stats` with confidence, positional,
   rare and lrp on the first N and the first 10 N sentences of the subset (default N = 100),
   which streaming should keep (nearly) flat.
-Writes JSON with the numbers and the machine (platform, CPU count, torch version).
+Writes JSON with the numbers (wall and CPU seconds: on a shared machine the CPU ratio is the steadier
+one), the load average before and after, and the machine (platform, CPU count, torch version).
 """
 import argparse
 import json
@@ -33,10 +34,12 @@ from machine import machine_info  # noqa: E402
 BIN = os.path.dirname(sys.executable)
 USER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_heads")
 
-# Run a command as the only child of a fresh Python process and print its peak RSS (KiB):
-# RUSAGE_CHILDREN keeps the maximum over all waited-for children, so one wrapper per measurement.
+# Run a command as the only child of a fresh Python process and print its peak RSS (KiB) and CPU
+# seconds (user + system): RUSAGE_CHILDREN keeps the maximum RSS over all waited-for children, so
+# one wrapper per measurement. CPU time is what a loaded machine does not inflate (much).
 _MAXRSS_WRAPPER = ("import resource, subprocess, sys; rc = subprocess.run(sys.argv[1:]).returncode; "
-                   "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(rc)")
+                   "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+                   "print(u.ru_maxrss, u.ru_utime + u.ru_stime); sys.exit(rc)")
 
 
 def child_env():
@@ -45,7 +48,7 @@ def child_env():
 
 
 def timed(command, log_path):
-    """(wall seconds, peak RSS in MiB) of one command; its output goes to log_path."""
+    """(wall seconds, peak RSS in MiB, CPU seconds) of one command; its output goes to log_path."""
     start = time.perf_counter()
     with open(log_path, "w") as log:
         result = subprocess.run([sys.executable, "-c", _MAXRSS_WRAPPER, *command], stdout=subprocess.PIPE,
@@ -53,7 +56,8 @@ def timed(command, log_path):
     wall = time.perf_counter() - start
     if result.returncode != 0:
         raise SystemExit(f"command failed ({result.returncode}), see {log_path}: {' '.join(command)}")
-    return wall, int(result.stdout.strip().splitlines()[-1]) / 1024.0
+    rss, cpu = result.stdout.strip().splitlines()[-1].split()
+    return wall, int(rss) / 1024.0, float(cpu)
 
 
 def language_pair(data_bin, subset):
@@ -121,6 +125,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs of each timed command, interleaved; the minimum is reported")
     parser.add_argument("--out", required=True, help="JSON output path")
+    parser.add_argument("--note", default=None, help="free text stored in the JSON (e.g. what the checkpoint is)")
     opts = parser.parse_args(argv)
 
     language_model = is_language_model_bin(opts.data_bin)
@@ -128,6 +133,7 @@ def main(argv=None):
     common = ["--path", opts.path, "--max-tokens", str(opts.max_tokens), "--cpu"]
     stats = [os.path.join(BIN, "fairseq-heads"), "stats", "--log-format", "none"]
     work = tempfile.mkdtemp(prefix="stats_cost.")
+    load_before = os.getloadavg()
     try:
         if language_model:
             report = measure_language_model(opts, stats, common, work)
@@ -135,6 +141,9 @@ def main(argv=None):
             report = measure_translation(opts, stats, common, work, src, tgt)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    report["load_average_1_5_15"] = {"before": list(load_before), "after": list(os.getloadavg())}
+    if opts.note:
+        report["run_note"] = opts.note
     os.makedirs(os.path.dirname(os.path.abspath(opts.out)), exist_ok=True)
     with open(opts.out, "w") as f:
         json.dump(report, f, indent=1)
@@ -143,15 +152,19 @@ def main(argv=None):
 
 
 def interleaved(runs, repeats, work):
-    """Minimum wall seconds per run (over interleaved repeats), all repeats, and peak RSS."""
+    """Minimum wall seconds per run (over interleaved repeats), all repeats, peak RSS, and the
+    minimum CPU seconds per run."""
     all_seconds = {name: [] for name in runs}
+    all_cpu = {name: [] for name in runs}
     run_rss = {}
     for _ in range(repeats):  # interleaved, so load from other processes hits all alike
         for name, command in runs.items():
-            wall, run_rss[name] = timed(command, os.path.join(work, f"{name}.log"))
+            wall, run_rss[name], cpu = timed(command, os.path.join(work, f"{name}.log"))
             all_seconds[name].append(wall)
-            print(f"{name}: {wall:.1f} s, peak RSS {run_rss[name]:.0f} MiB", flush=True)
-    return {name: min(values) for name, values in all_seconds.items()}, all_seconds, run_rss
+            all_cpu[name].append(cpu)
+            print(f"{name}: {wall:.1f} s, {cpu:.1f} CPU s, peak RSS {run_rss[name]:.0f} MiB", flush=True)
+    cpu = {name: min(values) for name, values in all_cpu.items()}
+    return {name: min(values) for name, values in all_seconds.items()}, all_seconds, run_rss, cpu
 
 
 def measure_language_model(opts, stats, common, work):
@@ -165,13 +178,13 @@ def measure_language_model(opts, stats, common, work):
                                     "confidence,positional,rare,previous_token,duplicate_token",
                                     "--out-dir", os.path.join(work, "b"), *common],
     }
-    seconds, all_seconds, run_rss = interleaved(runs, opts.repeats, work)
+    seconds, all_seconds, run_rss, cpu = interleaved(runs, opts.repeats, work)
     memory = {}
     for size in (int(n) for n in opts.memory_sizes.split(",")):
         data = head_subset_lm(opts.data_bin, opts.subset, size, os.path.join(work, f"bin{size}"))
-        _, memory[size] = timed(stats + [data, "--gen-subset", "valid", "--metrics", LM_METRICS,
-                                         "--out-dir", os.path.join(work, f"m{size}"), *common],
-                                os.path.join(work, f"memory{size}.log"))
+        _, memory[size], _ = timed(stats + [data, "--gen-subset", "valid", "--metrics", LM_METRICS,
+                                            "--out-dir", os.path.join(work, f"m{size}"), *common],
+                                   os.path.join(work, f"memory{size}.log"))
         print(f"peak RSS with {size} lines: {memory[size]:.0f} MiB", flush=True)
     sizes = sorted(memory)
     return {
@@ -180,6 +193,8 @@ def measure_language_model(opts, stats, common, work):
         "subset": opts.subset, "max_tokens": opts.max_tokens, "metrics": LM_METRICS.split(","),
         "wall_seconds": seconds, "wall_seconds_all_repeats": all_seconds, "peak_rss_mib_per_run": run_rss,
         "ratio_to_reference": {name: seconds[name] / seconds["eval_lm"] for name in runs if name != "eval_lm"},
+        "cpu_seconds": cpu,
+        "cpu_ratio_to_reference": {name: cpu[name] / cpu["eval_lm"] for name in runs if name != "eval_lm"},
         "peak_rss_mib": {str(n): memory[n] for n in sizes},
         "peak_rss_growth": memory[sizes[-1]] / memory[sizes[0]],
         "note": "reference: fairseq-eval-lm; wall times include each process's start-up (fairseq import, "
@@ -202,15 +217,15 @@ def measure_translation(opts, stats, common, work, src, tgt):
                                        "--lrp-normalise", "sentence", "--out-dir",
                                        os.path.join(work, "l"), *common],
     }
-    seconds, all_seconds, run_rss = interleaved(runs, opts.repeats, work)
+    seconds, all_seconds, run_rss, cpu = interleaved(runs, opts.repeats, work)
 
     memory = {}
     for size in (int(n) for n in opts.memory_sizes.split(",")):
         data = head_subset(opts.data_bin, opts.subset, src, tgt, size, os.path.join(work, f"bin{size}"))
-        _, memory[size] = timed(stats + [data, "--gen-subset", "valid", "--metrics",
-                                         "confidence,positional,rare,lrp", "--out-dir",
-                                         os.path.join(work, f"m{size}"), *common],
-                                os.path.join(work, f"memory{size}.log"))
+        _, memory[size], _ = timed(stats + [data, "--gen-subset", "valid", "--metrics",
+                                            "confidence,positional,rare,lrp", "--out-dir",
+                                            os.path.join(work, f"m{size}"), *common],
+                                   os.path.join(work, f"memory{size}.log"))
         print(f"peak RSS with {size} sentences: {memory[size]:.0f} MiB", flush=True)
     sizes = sorted(memory)
     report = {
@@ -220,6 +235,7 @@ def measure_translation(opts, stats, common, work, src, tgt):
         "wall_seconds": seconds,
         "wall_seconds_all_repeats": all_seconds,
         "peak_rss_mib_per_run": run_rss,
+        "cpu_seconds": cpu,
         "kind": "translation",
         "ratio_to_reference": {
             "stats_attention": seconds["stats_attention"] / seconds["validate"],
