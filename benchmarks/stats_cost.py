@@ -22,6 +22,7 @@ one), the load average before and after, and the machine (platform, CPU count, t
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -114,6 +115,30 @@ def head_subset_lm(data_bin, subset, count, out_dir):
 LM_METRICS = "confidence,lrp,grad,positional,rare,previous_token,duplicate_token,induction"
 
 
+def lm_block_args(checkpoint):
+    """fairseq-eval-lm's block options as the checkpoint's task has them (what `stats` uses).
+
+    eval-lm builds its task from the command line: left at its defaults (1024-token blocks), a
+    model with 256 positions skips every block but the last short one and scores a few tokens."""
+    from fairseq import checkpoint_utils
+
+    task = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)["cfg"]["task"]
+    return ["--tokens-per-sample", str(task["tokens_per_sample"]),
+            "--sample-break-mode", str(task["sample_break_mode"])]
+
+
+def eval_lm_tokens(log_path):
+    """The number of tokens fairseq-eval-lm says it evaluated (None if its log has no such line)."""
+    with open(log_path) as log:
+        found = re.findall(r"Evaluated ([0-9,]+) tokens", log.read())
+    return int(found[-1].replace(",", "")) if found else None
+
+
+def stats_tokens(out_dir):
+    with open(os.path.join(out_dir, "heads.json")) as f:
+        return json.load(f)["meta"]["target_tokens"]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data_bin")
@@ -169,7 +194,7 @@ def interleaved(runs, repeats, work):
 
 def measure_language_model(opts, stats, common, work):
     eval_lm = [os.path.join(BIN, "fairseq-eval-lm"), opts.data_bin, "--gen-subset", opts.subset,
-               "--user-dir", USER_DIR, "--log-format", "none", *common]
+               "--user-dir", USER_DIR, "--log-format", "none", *lm_block_args(opts.path), *common]
     runs = {
         "eval_lm": eval_lm,
         "stats_all_lm_metrics": stats + [opts.data_bin, "--gen-subset", opts.subset, "--metrics", LM_METRICS,
@@ -179,6 +204,12 @@ def measure_language_model(opts, stats, common, work):
                                     "--out-dir", os.path.join(work, "b"), *common],
     }
     seconds, all_seconds, run_rss, cpu = interleaved(runs, opts.repeats, work)
+    # the reference must score the same tokens as stats (see lm_block_args)
+    tokens = {"eval_lm": eval_lm_tokens(os.path.join(work, "eval_lm.log")),
+              "stats_all_lm_metrics": stats_tokens(os.path.join(work, "a")),
+              "stats_attention": stats_tokens(os.path.join(work, "b"))}
+    if len(set(tokens.values())) != 1:
+        print(f"WARNING: the runs scored different numbers of tokens: {tokens}", flush=True)
     memory = {}
     for size in (int(n) for n in opts.memory_sizes.split(",")):
         data = head_subset_lm(opts.data_bin, opts.subset, size, os.path.join(work, f"bin{size}"))
@@ -191,14 +222,17 @@ def measure_language_model(opts, stats, common, work):
         "kind": "language_model",
         "data_bin": opts.data_bin, "checkpoint": opts.path,
         "subset": opts.subset, "max_tokens": opts.max_tokens, "metrics": LM_METRICS.split(","),
+        "tokens_scored": tokens,
         "wall_seconds": seconds, "wall_seconds_all_repeats": all_seconds, "peak_rss_mib_per_run": run_rss,
         "ratio_to_reference": {name: seconds[name] / seconds["eval_lm"] for name in runs if name != "eval_lm"},
         "cpu_seconds": cpu,
         "cpu_ratio_to_reference": {name: cpu[name] / cpu["eval_lm"] for name in runs if name != "eval_lm"},
         "peak_rss_mib": {str(n): memory[n] for n in sizes},
         "peak_rss_growth": memory[sizes[-1]] / memory[sizes[0]],
-        "note": "reference: fairseq-eval-lm; wall times include each process's start-up (fairseq import, "
-                "model load); the induction probes are a fixed cost (lengths x probes), not per line",
+        "note": "reference: fairseq-eval-lm with the checkpoint's --tokens-per-sample and "
+                "--sample-break-mode (the blocks stats scores; tokens_scored); wall times include each "
+                "process's start-up (fairseq import, model load); the induction probes are a fixed cost "
+                "(lengths x probes), not per line",
         "machine": machine_info(),
     }
 
