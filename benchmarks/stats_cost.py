@@ -16,11 +16,13 @@ Measures, in one run and as separate processes (so each pays fairseq's start-up 
 - peak resident memory (getrusage of the child, maxrss) of `stats` with confidence, positional,
   rare and lrp on the first N and the first 10 N sentences of the subset (default N = 100),
   which streaming should keep (nearly) flat.
-Writes JSON with the numbers and the machine (platform, CPU count, torch version).
+Writes JSON with the numbers (wall and CPU seconds: on a shared machine the CPU ratio is the steadier
+one), the load average before and after, and the machine (platform, CPU count, torch version).
 """
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,10 +35,12 @@ from machine import machine_info  # noqa: E402
 BIN = os.path.dirname(sys.executable)
 USER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_heads")
 
-# Run a command as the only child of a fresh Python process and print its peak RSS (KiB):
-# RUSAGE_CHILDREN keeps the maximum over all waited-for children, so one wrapper per measurement.
+# Run a command as the only child of a fresh Python process and print its peak RSS (KiB) and CPU
+# seconds (user + system): RUSAGE_CHILDREN keeps the maximum RSS over all waited-for children, so
+# one wrapper per measurement. CPU time is what a loaded machine does not inflate (much).
 _MAXRSS_WRAPPER = ("import resource, subprocess, sys; rc = subprocess.run(sys.argv[1:]).returncode; "
-                   "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(rc)")
+                   "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+                   "print(u.ru_maxrss, u.ru_utime + u.ru_stime); sys.exit(rc)")
 
 
 def child_env():
@@ -45,7 +49,7 @@ def child_env():
 
 
 def timed(command, log_path):
-    """(wall seconds, peak RSS in MiB) of one command; its output goes to log_path."""
+    """(wall seconds, peak RSS in MiB, CPU seconds) of one command; its output goes to log_path."""
     start = time.perf_counter()
     with open(log_path, "w") as log:
         result = subprocess.run([sys.executable, "-c", _MAXRSS_WRAPPER, *command], stdout=subprocess.PIPE,
@@ -53,7 +57,8 @@ def timed(command, log_path):
     wall = time.perf_counter() - start
     if result.returncode != 0:
         raise SystemExit(f"command failed ({result.returncode}), see {log_path}: {' '.join(command)}")
-    return wall, int(result.stdout.strip().splitlines()[-1]) / 1024.0
+    rss, cpu = result.stdout.strip().splitlines()[-1].split()
+    return wall, int(rss) / 1024.0, float(cpu)
 
 
 def language_pair(data_bin, subset):
@@ -110,6 +115,30 @@ def head_subset_lm(data_bin, subset, count, out_dir):
 LM_METRICS = "confidence,lrp,grad,positional,rare,previous_token,duplicate_token,induction"
 
 
+def lm_block_args(checkpoint):
+    """fairseq-eval-lm's block options as the checkpoint's task has them (what `stats` uses).
+
+    eval-lm builds its task from the command line: left at its defaults (1024-token blocks), a
+    model with 256 positions skips every block but the last short one and scores a few tokens."""
+    from fairseq import checkpoint_utils
+
+    task = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)["cfg"]["task"]
+    return ["--tokens-per-sample", str(task["tokens_per_sample"]),
+            "--sample-break-mode", str(task["sample_break_mode"])]
+
+
+def eval_lm_tokens(log_path):
+    """The number of tokens fairseq-eval-lm says it evaluated (None if its log has no such line)."""
+    with open(log_path) as log:
+        found = re.findall(r"Evaluated ([0-9,]+) tokens", log.read())
+    return int(found[-1].replace(",", "")) if found else None
+
+
+def stats_tokens(out_dir):
+    with open(os.path.join(out_dir, "heads.json")) as f:
+        return json.load(f)["meta"]["target_tokens"]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data_bin")
@@ -121,6 +150,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs of each timed command, interleaved; the minimum is reported")
     parser.add_argument("--out", required=True, help="JSON output path")
+    parser.add_argument("--note", default=None, help="free text stored in the JSON (e.g. what the checkpoint is)")
     opts = parser.parse_args(argv)
 
     language_model = is_language_model_bin(opts.data_bin)
@@ -128,6 +158,7 @@ def main(argv=None):
     common = ["--path", opts.path, "--max-tokens", str(opts.max_tokens), "--cpu"]
     stats = [os.path.join(BIN, "fairseq-heads"), "stats", "--log-format", "none"]
     work = tempfile.mkdtemp(prefix="stats_cost.")
+    load_before = os.getloadavg()
     try:
         if language_model:
             report = measure_language_model(opts, stats, common, work)
@@ -135,6 +166,9 @@ def main(argv=None):
             report = measure_translation(opts, stats, common, work, src, tgt)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    report["load_average_1_5_15"] = {"before": list(load_before), "after": list(os.getloadavg())}
+    if opts.note:
+        report["run_note"] = opts.note
     os.makedirs(os.path.dirname(os.path.abspath(opts.out)), exist_ok=True)
     with open(opts.out, "w") as f:
         json.dump(report, f, indent=1)
@@ -143,20 +177,24 @@ def main(argv=None):
 
 
 def interleaved(runs, repeats, work):
-    """Minimum wall seconds per run (over interleaved repeats), all repeats, and peak RSS."""
+    """Minimum wall seconds per run (over interleaved repeats), all repeats, peak RSS, and the
+    minimum CPU seconds per run."""
     all_seconds = {name: [] for name in runs}
+    all_cpu = {name: [] for name in runs}
     run_rss = {}
     for _ in range(repeats):  # interleaved, so load from other processes hits all alike
         for name, command in runs.items():
-            wall, run_rss[name] = timed(command, os.path.join(work, f"{name}.log"))
+            wall, run_rss[name], cpu = timed(command, os.path.join(work, f"{name}.log"))
             all_seconds[name].append(wall)
-            print(f"{name}: {wall:.1f} s, peak RSS {run_rss[name]:.0f} MiB", flush=True)
-    return {name: min(values) for name, values in all_seconds.items()}, all_seconds, run_rss
+            all_cpu[name].append(cpu)
+            print(f"{name}: {wall:.1f} s, {cpu:.1f} CPU s, peak RSS {run_rss[name]:.0f} MiB", flush=True)
+    cpu = {name: min(values) for name, values in all_cpu.items()}
+    return {name: min(values) for name, values in all_seconds.items()}, all_seconds, run_rss, cpu
 
 
 def measure_language_model(opts, stats, common, work):
     eval_lm = [os.path.join(BIN, "fairseq-eval-lm"), opts.data_bin, "--gen-subset", opts.subset,
-               "--user-dir", USER_DIR, "--log-format", "none", *common]
+               "--user-dir", USER_DIR, "--log-format", "none", *lm_block_args(opts.path), *common]
     runs = {
         "eval_lm": eval_lm,
         "stats_all_lm_metrics": stats + [opts.data_bin, "--gen-subset", opts.subset, "--metrics", LM_METRICS,
@@ -165,25 +203,36 @@ def measure_language_model(opts, stats, common, work):
                                     "confidence,positional,rare,previous_token,duplicate_token",
                                     "--out-dir", os.path.join(work, "b"), *common],
     }
-    seconds, all_seconds, run_rss = interleaved(runs, opts.repeats, work)
+    seconds, all_seconds, run_rss, cpu = interleaved(runs, opts.repeats, work)
+    # the reference must score the same tokens as stats (see lm_block_args)
+    tokens = {"eval_lm": eval_lm_tokens(os.path.join(work, "eval_lm.log")),
+              "stats_all_lm_metrics": stats_tokens(os.path.join(work, "a")),
+              "stats_attention": stats_tokens(os.path.join(work, "b"))}
+    if len(set(tokens.values())) != 1:
+        print(f"WARNING: the runs scored different numbers of tokens: {tokens}", flush=True)
     memory = {}
     for size in (int(n) for n in opts.memory_sizes.split(",")):
         data = head_subset_lm(opts.data_bin, opts.subset, size, os.path.join(work, f"bin{size}"))
-        _, memory[size] = timed(stats + [data, "--gen-subset", "valid", "--metrics", LM_METRICS,
-                                         "--out-dir", os.path.join(work, f"m{size}"), *common],
-                                os.path.join(work, f"memory{size}.log"))
+        _, memory[size], _ = timed(stats + [data, "--gen-subset", "valid", "--metrics", LM_METRICS,
+                                            "--out-dir", os.path.join(work, f"m{size}"), *common],
+                                   os.path.join(work, f"memory{size}.log"))
         print(f"peak RSS with {size} lines: {memory[size]:.0f} MiB", flush=True)
     sizes = sorted(memory)
     return {
         "kind": "language_model",
         "data_bin": opts.data_bin, "checkpoint": opts.path,
         "subset": opts.subset, "max_tokens": opts.max_tokens, "metrics": LM_METRICS.split(","),
+        "tokens_scored": tokens,
         "wall_seconds": seconds, "wall_seconds_all_repeats": all_seconds, "peak_rss_mib_per_run": run_rss,
         "ratio_to_reference": {name: seconds[name] / seconds["eval_lm"] for name in runs if name != "eval_lm"},
+        "cpu_seconds": cpu,
+        "cpu_ratio_to_reference": {name: cpu[name] / cpu["eval_lm"] for name in runs if name != "eval_lm"},
         "peak_rss_mib": {str(n): memory[n] for n in sizes},
         "peak_rss_growth": memory[sizes[-1]] / memory[sizes[0]],
-        "note": "reference: fairseq-eval-lm; wall times include each process's start-up (fairseq import, "
-                "model load); the induction probes are a fixed cost (lengths x probes), not per line",
+        "note": "reference: fairseq-eval-lm with the checkpoint's --tokens-per-sample and "
+                "--sample-break-mode (the blocks stats scores; tokens_scored); wall times include each "
+                "process's start-up (fairseq import, model load); the induction probes are a fixed cost "
+                "(lengths x probes), not per line",
         "machine": machine_info(),
     }
 
@@ -202,15 +251,15 @@ def measure_translation(opts, stats, common, work, src, tgt):
                                        "--lrp-normalise", "sentence", "--out-dir",
                                        os.path.join(work, "l"), *common],
     }
-    seconds, all_seconds, run_rss = interleaved(runs, opts.repeats, work)
+    seconds, all_seconds, run_rss, cpu = interleaved(runs, opts.repeats, work)
 
     memory = {}
     for size in (int(n) for n in opts.memory_sizes.split(",")):
         data = head_subset(opts.data_bin, opts.subset, src, tgt, size, os.path.join(work, f"bin{size}"))
-        _, memory[size] = timed(stats + [data, "--gen-subset", "valid", "--metrics",
-                                         "confidence,positional,rare,lrp", "--out-dir",
-                                         os.path.join(work, f"m{size}"), *common],
-                                os.path.join(work, f"memory{size}.log"))
+        _, memory[size], _ = timed(stats + [data, "--gen-subset", "valid", "--metrics",
+                                            "confidence,positional,rare,lrp", "--out-dir",
+                                            os.path.join(work, f"m{size}"), *common],
+                                   os.path.join(work, f"memory{size}.log"))
         print(f"peak RSS with {size} sentences: {memory[size]:.0f} MiB", flush=True)
     sizes = sorted(memory)
     report = {
@@ -220,6 +269,7 @@ def measure_translation(opts, stats, common, work, src, tgt):
         "wall_seconds": seconds,
         "wall_seconds_all_repeats": all_seconds,
         "peak_rss_mib_per_run": run_rss,
+        "cpu_seconds": cpu,
         "kind": "translation",
         "ratio_to_reference": {
             "stats_attention": seconds["stats_attention"] / seconds["validate"],

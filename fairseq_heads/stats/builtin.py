@@ -52,10 +52,6 @@ def _ratio(shape, run):
     return RatioAccumulator(shape, **bootstrap(run))
 
 
-def _on_weights(acc, view) -> None:
-    acc.update(view.weights, view.query_mask, view.key_mask)
-
-
 def _replicates(acc, run):
     return acc.replicate_estimates()
 
@@ -68,10 +64,17 @@ def _over_threshold(estimate, threshold: float, label: str) -> Dict[Tuple[int, i
 
 # ---------------------------------------------------------------- importance: all attention types
 
+# The weights metrics read the max / argmax over keys from `view.reductions`, computed once per
+# batch for all of them: each is a pass over the full (B, H, Tq, Tk) weights (collect.AttentionView).
+
+def _confidence_update(acc, view) -> None:
+    acc.update_from_max(view.reductions.key_max()[0], view.query_mask, view.key_mask)
+
+
 register(Metric(
     "confidence", ATTENTION_TYPES, WEIGHTS,
     accumulator=lambda shape, run: ConfidenceAccumulator(shape, **bootstrap(run)),
-    update=_on_weights,
+    update=_confidence_update,
     columns=lambda run: estimate_columns("confidence"),
     cells=lambda result, index, run: estimate_cells("confidence", result, index),
     replicates=_replicates,
@@ -82,9 +85,9 @@ def _lrp_score(batch, run):
     """One forward under the conservative rules; relevance per head and sentence (metrics/lrp)."""
     with lrp.conservative_lrp_rules(run.model), \
             capture_heads(run.model, weights=False, head_outputs=True) as captured:
-        logits, _ = run.model(**batch.sample["net_input"])
-        return lrp.lrp_head_relevance(logits, batch.target_mask, captured, batch.keys,
-                                      run.options.lrp_normalise)
+        objective = lrp.top1_objective(run.model, batch.sample["net_input"], batch.target_mask)
+        return lrp.objective_head_relevance(objective, batch.target_mask, captured, batch.keys,
+                                            run.options.lrp_normalise)
 
 
 register(Metric(
@@ -143,11 +146,16 @@ def _positional_labels(shares, run):
     return {index: [f"positional({k})"] for index, k in found.items()}
 
 
+def _positional_update(acc, view) -> None:
+    # candidates: the key_mask keys (no sinks), the keys of the shared argmax
+    acc.update_from_argmax(view.reductions.key_max()[1], view.query_mask, view.key_mask)
+
+
 register(Metric(
     "positional", ("enc-self", "dec-self"), WEIGHTS,  # offsets need Tq == Tk
     accumulator=lambda shape, run: PositionalAccumulator(shape, offsets=run.options.offsets,
                                                          **bootstrap(run)),
-    update=_on_weights,
+    update=_positional_update,
     columns=lambda run: (["positional_offset"] + estimate_columns("positional_share")
                          + [offset_column(k) for k in run.options.offsets]),
     cells=_positional_cells, labels=_positional_labels, text_columns=("positional_offset",),
@@ -163,7 +171,7 @@ def _rare_accumulator(shape, run):
 
 def _rare_update(acc, view) -> None:
     if view.language_model:
-        acc.update(view.weights, view.key_mask, view.key_counts)
+        acc.update_from_argmax(view.reductions.prefix_argmax(), view.key_mask, view.key_counts)
     else:
         acc.update(view.weights, view.query_mask, view.key_mask, view.key_counts)
 
@@ -293,7 +301,8 @@ def _previous_token_cells(pair, index, run):
 register(Metric(
     "previous_token", ("dec-self",), WEIGHTS, model_kinds=(LANGUAGE_MODEL,),
     accumulator=lambda shape, run: PreviousTokenAccumulator(shape, **bootstrap(run)),
-    update=lambda acc, view: acc.update(view.weights, view.key_mask),
+    update=lambda acc, view: acc.update_from_argmax(view.weights, view.reductions.prefix_argmax(),
+                                                    view.key_mask),
     columns=lambda run: (estimate_columns("previous_token_mass")
                          + estimate_columns("previous_token_share", ESTIMATE_SUFFIXES[:3])),
     cells=_previous_token_cells, labels=_mass_labels("previous_token", "previous-token"),

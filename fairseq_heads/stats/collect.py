@@ -15,12 +15,14 @@ is forced).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from .capture import CapturedHeads, capture_heads
+from .metrics._batch import SharedReductions
 from .registry import HEAD_OUTPUTS, OWN_PASS, PROBES, WEIGHTS, RunContext, metrics
 
 
@@ -41,6 +43,12 @@ class AttentionView:
     @property
     def language_model(self) -> bool:
         return self.run.language_model
+
+    @cached_property
+    def reductions(self) -> SharedReductions:
+        """The masked max / argmax over keys that several metrics take of these weights, each
+        computed once per batch, on first use (metrics/_batch.py)."""
+        return SharedReductions(self.weights, self.key_mask)
 
 
 @dataclass
@@ -115,7 +123,10 @@ class Collector:
             need_grad = bool(on_outputs)
             with torch.set_grad_enabled(need_grad), capture_heads(
                     self.run.model, weights=bool(on_weights), head_outputs=need_grad) as captured:
-                batch.net_output = self.run.model(**net_input)
+                if on_outputs:
+                    batch.net_output = self.run.model(**net_input)
+                else:  # only the captured weights are read
+                    _forward_without_logits(self.run.model, net_input)
                 batch.captured = captured
                 if on_weights:
                     self._update_on_weights(on_weights, captured, sample)
@@ -175,3 +186,15 @@ class Collector:
                 outcomes[(spec.name, attention_type)] = Outcome(
                     spec.finalize(acc, self.run, replicates), replicates)
         return outcomes
+
+
+def _forward_without_logits(model, net_input) -> None:
+    """A forward pass for what it captures: a fairseq Transformer decoder's ``features_only``
+    skips the projection to the vocabulary, a small model's largest matmul (the layers, and so
+    the captured weights, are computed exactly as in the full forward)."""
+    from fairseq.models.transformer import TransformerDecoderBase
+
+    if isinstance(getattr(model, "decoder", None), TransformerDecoderBase):
+        model(**net_input, features_only=True)
+    else:
+        model(**net_input)

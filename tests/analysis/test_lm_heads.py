@@ -115,3 +115,53 @@ def test_prefix_rare_head_scores_one():
     assert result.rarest.estimate[1].item() == 0.0
     assert math.isclose(result.chance_rarest.estimate.item(), sum(1 / (q + 1) for q in range(1, 6)) / 5,
                         rel_tol=1e-12)
+
+
+def test_shared_reductions_give_each_metric_its_own_numbers_exactly():
+    """The once-per-layer max / argmax that the collector shares (SharedReductions) give every
+    metric the sums it computes from the weights itself, bit for bit (float32 weights, ties)."""
+    from fairseq_heads.stats.metrics._batch import SharedReductions
+    from fairseq_heads.stats.metrics.confidence import ConfidenceAccumulator
+    from fairseq_heads.stats.metrics.positional import PositionalAccumulator
+
+    g = torch.Generator().manual_seed(0)
+    b, h, t = 3, 2, 9
+    mask = torch.ones(b, t, dtype=torch.bool)
+    mask[0, :2] = False  # left padding
+    mask[2, 5] = False  # an EOS inside the block
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    layers = []
+    for _ in range(2):
+        logits = torch.randn(b, h, t, t, generator=g).round()  # rounded: ties in the argmax
+        layers.append(logits.masked_fill(~causal, float("-inf")).softmax(-1))
+    query_mask = mask & (mask.long().cumsum(-1) >= 2)
+    tokens = torch.randint(4, 8, (b, t), generator=g)
+    counts = torch.rand(12, generator=g, dtype=torch.float64).mul(100).round()[tokens]
+    shared = SharedReductions(layers, mask)
+    pairs = [
+        (ConfidenceAccumulator, lambda a: a.update(layers, query_mask, mask),
+         lambda a: a.update_from_max(shared.key_max()[0], query_mask, mask)),
+        (lambda shape, **kw: PositionalAccumulator(shape, offsets=(-2, -1, 0), **kw),
+         lambda a: a.update(layers, query_mask, mask),
+         lambda a: a.update_from_argmax(shared.key_max()[1], query_mask, mask)),
+        (PreviousTokenAccumulator, lambda a: a.update(layers, mask),
+         lambda a: a.update_from_argmax(layers, shared.prefix_argmax(), mask)),
+        (PrefixRareWordAccumulator, lambda a: a.update(layers, mask, counts),
+         lambda a: a.update_from_argmax(shared.prefix_argmax(), mask, counts)),
+    ]
+
+    def state(acc):
+        ratios = [acc.ratio] if hasattr(acc, "ratio") else [acc.hits, acc.chance]
+        return [tensor for ratio in ratios for tensor in ratio.state_tensors()]
+
+    for make, own, from_shared in pairs:
+        first, second = make((2, h), replicates=5), make((2, h), replicates=5)
+        own(first)
+        from_shared(second)
+        for x, y in zip(state(first), state(second)):
+            assert torch.equal(x, y), make
+    # the duplicate-token mass gathered at the copies equals the dense float64 sum
+    from fairseq_heads.stats.metrics.duplicate_token import earlier_copies, mass_on_copies
+    copies = earlier_copies(tokens, mask)
+    dense = (layers[0].to(torch.float64) * copies[:, None]).sum(-1)
+    torch.testing.assert_close(mass_on_copies(layers[0], copies), dense, rtol=1e-15, atol=0)

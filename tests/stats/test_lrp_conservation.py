@@ -8,7 +8,10 @@ from fairseq_heads.stats.metrics.lrp import (
     conservative_lrp_rules,
     lrp_head_relevance,
     normalise_over_layer,
+    objective_head_relevance,
     top1_logits,
+    top1_objective,
+    vocabulary_projection,
 )
 from tests.core.helpers import build_model, random_batch, write_dictionaries
 
@@ -151,3 +154,24 @@ def test_normalise_over_layer():
     values = torch.tensor([[1.0, -3.0], [0.0, 0.0]], dtype=torch.float64)
     torch.testing.assert_close(normalise_over_layer(values),
                                torch.tensor([[0.25, 0.75], [0.0, 0.0]], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("mode", ["sentence", "step"])
+def test_top1_objective_gives_the_relevance_of_the_full_logits_bit_for_bit(tiny, mode):
+    """top1_objective skips the backward through the vocabulary projection; the head relevance
+    it gives is that of top1_logits on the full logits, exactly."""
+    assert vocabulary_projection(tiny) is tiny.decoder.output_projection
+    src, lengths, prev = random_batch(40)
+    target_mask = torch.ones(prev.shape, dtype=torch.bool)
+    target_mask[1, 4:] = False
+    net_input = {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev}
+    with conservative_lrp_rules(tiny), capture_heads(tiny, weights=False) as captured:
+        logits, _ = tiny(**net_input)
+        keys = sorted(captured.head_outputs)
+        full, units = lrp_head_relevance(logits, target_mask, captured, keys, mode)
+        objective = top1_objective(tiny, net_input, target_mask)
+        torch.testing.assert_close(objective, top1_logits(logits, target_mask))
+        fast, fast_units = objective_head_relevance(objective, target_mask, captured, keys, mode)
+    assert torch.equal(units, fast_units)
+    for key in keys:
+        assert torch.equal(full[key], fast[key]), key

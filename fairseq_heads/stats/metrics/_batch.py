@@ -7,7 +7,7 @@ non-EOS, non-pad positions; nothing here assumes where padding is.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence, Tuple, Union
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -41,6 +41,30 @@ def masked_argmax(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return values.masked_fill(~mask, float("-inf")).argmax(-1)
 
 
+def masked_max_argmax(values: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`masked_max` and :func:`masked_argmax` from one masked copy (one pass over values).
+
+    ``torch.max(dim)`` returns the first maximal index, the same tie rule as ``argmax``.
+    """
+    best, index = values.masked_fill(~mask, float("-inf")).max(-1)
+    return best, index
+
+
+def causal_prefix_mask(key_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) key mask -> (B, T, T): keys k <= q that ``key_mask`` selects (a query's causal prefix)."""
+    t = key_mask.shape[-1]
+    lower = torch.ones(t, t, dtype=torch.bool, device=key_mask.device).tril()
+    return lower.unsqueeze(0) & key_mask.unsqueeze(1)
+
+
+def prefix_argmax(attn: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+    """Argmax (B, *heads, T) of self-attention (B, *heads, T, T) over each query's causal prefix
+    of ``key_mask`` keys (:func:`causal_prefix_mask`); ties -> earliest position."""
+    num_head_dims = check_shapes(attn, key_mask, key_mask)
+    prefix = causal_prefix_mask(key_mask)
+    return masked_argmax(attn, prefix.reshape(prefix.shape[:1] + (1,) * num_head_dims + prefix.shape[1:]))
+
+
 def token_positions(mask: torch.Tensor) -> torch.Tensor:
     """Index of each position among the selected positions of its row (0-based); -1 elsewhere.
 
@@ -61,7 +85,43 @@ def per_layer(
     """
     if isinstance(attn, torch.Tensor):
         return fn(attn, *args, **kwargs)
-    outputs = [fn(layer, *args, **kwargs) for layer in attn]
+    return stack_layers([fn(layer, *args, **kwargs) for layer in attn])
+
+
+def stack_layers(outputs: Sequence[Tuple[torch.Tensor, ...]]) -> Tuple[torch.Tensor, ...]:
+    """Per-layer output tuples (each part batch first) -> one tuple, each part stacked at dim 1."""
     if not outputs:
         raise ValueError("empty list of layers")
     return tuple(torch.stack(parts, dim=1) for parts in zip(*outputs))
+
+
+class SharedReductions:
+    """Reductions over the keys of one attention type's per-layer weights that several metrics
+    take, each computed once per batch on first use and cached.
+
+    Each is a pass over the full (B, H, Tq, Tk) weights, which costs far more than what the
+    metrics then do with the (B, H, Tq) results; computed per metric, the confidence, positional,
+    previous-token and rare-word metrics repeated the same masked max / argmax. Values are in the
+    weights' dtype: a max or argmax is exact in any float dtype, so a metric that accumulates in
+    float64 converts the small result, not the weights.
+    """
+
+    def __init__(self, weights: Sequence[torch.Tensor], key_mask: torch.Tensor):
+        self.weights = list(weights)  # per layer (B, H, Tq, Tk)
+        self.key_mask = key_mask  # (B, Tk)
+        self._key_max: Optional[Tuple[List[torch.Tensor], List[torch.Tensor]]] = None
+        self._prefix_argmax: Optional[List[torch.Tensor]] = None
+
+    def key_max(self) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
+        """Per layer, the max and argmax (B, H, Tq) over the keys ``key_mask`` selects."""
+        if self._key_max is None:
+            mask = expand_mask(self.key_mask, 2)  # (B, 1, 1, Tk)
+            pairs = [masked_max_argmax(layer, mask) for layer in self.weights]
+            self._key_max = ([p[0] for p in pairs], [p[1] for p in pairs])
+        return self._key_max
+
+    def prefix_argmax(self) -> List[torch.Tensor]:
+        """Per layer, :func:`prefix_argmax` (B, H, T) (self-attention, Tq == Tk)."""
+        if self._prefix_argmax is None:
+            self._prefix_argmax = [prefix_argmax(layer, self.key_mask) for layer in self.weights]
+        return self._prefix_argmax

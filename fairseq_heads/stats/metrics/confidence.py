@@ -35,7 +35,7 @@ from ..streaming import DEFAULT_REPLICATES, DEFAULT_SEED, RatioAccumulator, Rati
 def max_attention_per_query(attn: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
     """Max attention weight over the keys selected by ``key_mask``: (B, *heads, Tq, Tk) -> (B, *heads, Tq).
 
-    -inf for rows of sentences without any selected key.
+    -inf for rows of sentences without any selected key.  In ``attn``'s dtype (a max is exact).
     """
     num_head_dims = attn.dim() - 3
     return masked_max(attn, expand_mask(key_mask, num_head_dims + 1))
@@ -49,12 +49,20 @@ def confidence_sums(
     numerator = sum over selected queries of the max attention over selected keys;
     denominator = number of selected queries (0 for sentences without selected keys).
     """
-    num_head_dims = check_shapes(attn, query_mask, key_mask)
+    check_shapes(attn, query_mask, key_mask)
+    return confidence_sums_from_max(max_attention_per_query(attn, key_mask), query_mask, key_mask)
+
+
+def confidence_sums_from_max(
+    max_weight: torch.Tensor, query_mask: torch.Tensor, key_mask: torch.Tensor
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`confidence_sums` from the per-query max (B, *heads, Tq) of :func:`max_attention_per_query`."""
+    num_head_dims = max_weight.dim() - 2
     # A query with no key to attend to (empty sentence) is not a measurement.
     valid_query = query_mask & key_mask.any(-1, keepdim=True)
     valid = expand_mask(valid_query, num_head_dims)  # (B, 1.., Tq)
-    max_weight = max_attention_per_query(attn.to(torch.float64), key_mask)
-    numerator = max_weight.masked_fill(~valid, 0.0).sum(-1)
+    # float64 from here: the max is exact in the weights' dtype, the sum over queries is not
+    numerator = max_weight.to(torch.float64).masked_fill(~valid, 0.0).sum(-1)
     denominator = valid.to(torch.float64).sum(-1).expand_as(numerator)
     return numerator, denominator
 
@@ -73,6 +81,12 @@ class ConfidenceAccumulator:
 
     def update(self, attn: AttentionInput, query_mask: torch.Tensor, key_mask: torch.Tensor) -> None:
         numerator, denominator = per_layer(confidence_sums, attn, query_mask, key_mask)
+        self.ratio.update(numerator, denominator)
+
+    def update_from_max(self, max_weight: AttentionInput, query_mask: torch.Tensor,
+                        key_mask: torch.Tensor) -> None:
+        """:meth:`update` from :func:`max_attention_per_query` of each layer (e.g. shared)."""
+        numerator, denominator = per_layer(confidence_sums_from_max, max_weight, query_mask, key_mask)
         self.ratio.update(numerator, denominator)
 
     def finalize(self) -> RatioEstimate:

@@ -35,11 +35,32 @@ def earlier_copies(tokens: torch.Tensor, token_mask: torch.Tensor) -> torch.Tens
 def duplicate_token_sums(attn: torch.Tensor, tokens: torch.Tensor, token_mask: torch.Tensor
                          ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-sentence (mass numerator, chance numerator, denominator), each (B, *heads)."""
+    return duplicate_token_sums_from_copies(attn, earlier_copies(tokens, token_mask), token_mask)
+
+
+def mass_on_copies(attn: torch.Tensor, copies: torch.Tensor) -> torch.Tensor:
+    """(B, *heads, T) float64: sum of a[..., q, k] over the earlier copies k of each query q.
+
+    Copies are few (a token repeats a handful of times in a block), so the weights are gathered
+    at the copy positions and only those are converted to float64 and added up, instead of
+    masking and converting the whole (B, *heads, T, T) tensor.
+    """
+    batch, t = copies.shape[0], copies.shape[1]
+    heads = tuple(attn.shape[1:-2])
+    b, q, k = copies.nonzero(as_tuple=True)
+    picked = attn[b, ..., q, k].to(torch.float64)  # (N, *heads)
+    sums = torch.zeros((batch * t,) + heads, dtype=torch.float64, device=attn.device)
+    sums.index_add_(0, b * t + q, picked)
+    return sums.reshape((batch, t) + heads).movedim(1, -1)
+
+
+def duplicate_token_sums_from_copies(attn: torch.Tensor, copies: torch.Tensor, token_mask: torch.Tensor
+                                     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`duplicate_token_sums` given :func:`earlier_copies` (computed once for all layers)."""
     num_head_dims = check_shapes(attn, token_mask, token_mask)
-    copies = earlier_copies(tokens, token_mask)  # (B, T, T)
     queries = copies.any(-1)
     lead = token_mask.shape[:1] + (1,) * num_head_dims
-    mass_per_query = (attn.to(torch.float64) * copies.reshape(lead + copies.shape[1:])).sum(-1)
+    mass_per_query = mass_on_copies(attn, copies)
     prefix = causal_key_mask(token_mask).sum(-1).clamp(min=1).to(torch.float64)
     chance_per_query = copies.sum(-1).to(torch.float64) / prefix
     q = expand_mask(queries, num_head_dims).to(torch.float64)
@@ -53,4 +74,5 @@ class DuplicateTokenAccumulator(PairedRatioAccumulator):
     """Streams :func:`duplicate_token_sums`; finalize gives (mass, chance) of head_shape."""
 
     def update(self, attn: AttentionInput, tokens: torch.Tensor, token_mask: torch.Tensor) -> None:
-        self.update_pair(*per_layer(duplicate_token_sums, attn, tokens, token_mask))
+        copies = earlier_copies(tokens, token_mask)  # the same for every layer
+        self.update_pair(*per_layer(duplicate_token_sums_from_copies, attn, copies, token_mask))

@@ -41,7 +41,7 @@ token), so one backward of the sum over the batch gives every sentence's own gra
 from __future__ import annotations
 
 import contextlib
-from typing import Dict, Iterator, List, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -115,6 +115,45 @@ def top1_logits(logits: Tensor, target_mask: Tensor) -> Tensor:
     return logits.gather(-1, best).squeeze(-1) * target_mask.to(logits.dtype)
 
 
+def vocabulary_projection(model: nn.Module) -> Optional[nn.Linear]:
+    """The decoder's linear map from features to logits, when its logits are exactly
+    ``output_projection(features)`` (fairseq's Transformer decoders without adaptive softmax and
+    with fairseq's own ``output_layer``); None otherwise."""
+    from fairseq.models.transformer import TransformerDecoderBase
+
+    decoder = getattr(model, "decoder", None)
+    projection = getattr(decoder, "output_projection", None)
+    if (isinstance(decoder, TransformerDecoderBase) and isinstance(projection, nn.Linear)
+            and decoder.adaptive_softmax is None
+            and type(decoder).output_layer is TransformerDecoderBase.output_layer):
+        return projection
+    return None
+
+
+def top1_objective(model: nn.Module, net_input: dict, target_mask: Tensor) -> Tensor:
+    """One forward of ``model`` on ``net_input``; the (B, T) objective of :func:`top1_logits`.
+
+    Its gradient with respect to everything below the logits is that of ``top1_logits(logits)``,
+    bit for bit, without the backward through the vocabulary projection: that backward is a
+    one-hot row per position times the (V, D) weight, i.e. the winning row itself. So with a
+    plain projection (:func:`vocabulary_projection`) the logits are computed off the graph, for
+    their argmax only, and the objective is rebuilt from the winning rows, (B, T, D) instead of
+    (B, T, V) on the graph. Its values equal the top-1 logits up to rounding (only its gradient
+    is used).
+    """
+    projection = vocabulary_projection(model)
+    if projection is None:
+        logits, _ = model(**net_input)
+        return top1_logits(logits, target_mask)
+    features, _ = model(**net_input, features_only=True)
+    with torch.no_grad():
+        best = projection(features).argmax(-1)  # the same logits as the full forward's
+    logit = (features * projection.weight.detach()[best]).sum(-1)
+    if projection.bias is not None:
+        logit = logit + projection.bias.detach()[best]
+    return logit * target_mask.to(logit.dtype)
+
+
 def head_output_times_grad(head_outputs: Tensor, grads: Tensor, num_heads: int) -> Tensor:
     """sum over positions and each head's neurons of output x gradient: (T, B, H*D) -> (B, H)."""
     t, b, width = head_outputs.shape
@@ -154,15 +193,22 @@ def lrp_head_relevance(logits: Tensor, target_mask: Tensor, captured: CapturedHe
     target); for ``step`` mode the sum over its target positions of the per-step normalised
     relevance and the number of positions.
     """
+    return objective_head_relevance(top1_logits(logits, target_mask), target_mask, captured, keys, mode)
+
+
+def objective_head_relevance(objective: Tensor, target_mask: Tensor, captured: CapturedHeads,
+                             keys: Sequence[BlockKey], mode: str = "sentence"
+                             ) -> Tuple[Dict[BlockKey, Tensor], Tensor]:
+    """:func:`lrp_head_relevance` from the (B, T) objective (:func:`top1_logits` or
+    :func:`top1_objective`) of a forward pass run under the same conditions."""
     if mode not in LRP_MODES:
         raise ValueError(f"LRP normalisation must be one of {LRP_MODES}, got {mode!r}")
-    objective = top1_logits(logits, target_mask)  # (B, T)
     has_target = target_mask.any(-1).to(torch.float64)
     if mode == "sentence":
         products = per_head_grad_products(objective.sum(), captured, keys)
         return ({key: normalise_over_layer(value) * has_target[:, None]
                  for key, value in products.items()}, has_target)
-    sums = {key: torch.zeros(logits.shape[0], captured.num_heads[key], dtype=torch.float64)
+    sums = {key: torch.zeros(objective.shape[0], captured.num_heads[key], dtype=torch.float64)
             for key in keys}
     steps = [t for t in range(objective.shape[1]) if bool(target_mask[:, t].any())]
     for i, t in enumerate(steps):

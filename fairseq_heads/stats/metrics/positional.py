@@ -54,11 +54,30 @@ def argmax_offsets(
     ``key_index - query_index`` on unpadded indices; ``has_offset`` is False for queries
     that are not counted (see :func:`counted_queries`) and queries whose argmax is a sink.
     """
+    best_key = candidate_argmax(attn, query_mask, key_mask, sink_key_mask)
+    return offsets_of_argmax(best_key, query_mask, key_mask, sink_key_mask)
+
+
+def candidate_argmax(attn: torch.Tensor, query_mask: torch.Tensor, key_mask: torch.Tensor,
+                     sink_key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Each query's argmax key (B, *heads, T) among ``key_mask`` (and ``sink_key_mask``) keys."""
     num_head_dims = check_shapes(attn, query_mask, key_mask)
     if attn.shape[-1] != attn.shape[-2]:
         raise ValueError("relative offsets need self-attention (Tq == Tk)")
     candidates = key_mask if sink_key_mask is None else (key_mask | sink_key_mask)
-    best_key = masked_argmax(attn, expand_mask(candidates, num_head_dims + 1))  # (B, *heads, T)
+    return masked_argmax(attn, expand_mask(candidates, num_head_dims + 1))
+
+
+def offsets_of_argmax(
+    best_key: torch.Tensor,
+    query_mask: torch.Tensor,
+    key_mask: torch.Tensor,
+    sink_key_mask: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`argmax_offsets` from each query's argmax key (B, *heads, T) among the candidates
+    (``key_mask``, or ``key_mask | sink_key_mask``)."""
+    num_head_dims = best_key.dim() - 2
+    candidates = key_mask if sink_key_mask is None else (key_mask | sink_key_mask)
     token_index = token_positions(key_mask)  # (B, T); -1 for sinks/EOS/pads
     batch = best_key.shape[0]
     best_key_index = token_index.gather(1, best_key.reshape(batch, -1)).reshape(best_key.shape)
@@ -79,8 +98,20 @@ def positional_counts(
     numerator[..., j] = number of counted queries whose argmax key is at offset ``offsets[j]``;
     denominator = number of counted queries (:func:`counted_queries`).
     """
-    num_head_dims = check_shapes(attn, query_mask, key_mask)
-    offset, has_offset = argmax_offsets(attn, query_mask, key_mask, sink_key_mask)
+    best_key = candidate_argmax(attn, query_mask, key_mask, sink_key_mask)
+    return positional_counts_from_argmax(best_key, query_mask, key_mask, offsets, sink_key_mask)
+
+
+def positional_counts_from_argmax(
+    best_key: torch.Tensor,
+    query_mask: torch.Tensor,
+    key_mask: torch.Tensor,
+    offsets: Sequence[int] = DEFAULT_OFFSETS,
+    sink_key_mask: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`positional_counts` from each query's argmax key (B, *heads, T) among the candidates."""
+    num_head_dims = best_key.dim() - 2
+    offset, has_offset = offsets_of_argmax(best_key, query_mask, key_mask, sink_key_mask)
     wanted = torch.tensor(list(offsets), dtype=offset.dtype)
     hits = (offset.unsqueeze(-1) == wanted) & has_offset.unsqueeze(-1)  # (B, *heads, T, K)
     numerator = hits.to(torch.float64).sum(-2)
@@ -118,6 +149,13 @@ class PositionalAccumulator:
         numerator, denominator = per_layer(
             positional_counts, attn, query_mask, key_mask, offsets=self.offsets, sink_key_mask=sink_key_mask
         )
+        self.ratio.update(numerator, denominator)
+
+    def update_from_argmax(self, best_key: AttentionInput, query_mask: torch.Tensor,
+                           key_mask: torch.Tensor) -> None:
+        """:meth:`update` (no sinks) from each layer's argmax over the ``key_mask`` keys (e.g. shared)."""
+        numerator, denominator = per_layer(positional_counts_from_argmax, best_key, query_mask, key_mask,
+                                           offsets=self.offsets)
         self.ratio.update(numerator, denominator)
 
     def finalize(self) -> RatioEstimate:

@@ -17,11 +17,11 @@ Bootstrap unit: the sentence / block.
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Sequence, Tuple
 
 import torch
 
-from ._batch import AttentionInput, check_shapes, expand_mask, masked_argmax, per_layer
+from ._batch import AttentionInput, causal_prefix_mask, expand_mask, per_layer, prefix_argmax, stack_layers
 from ..streaming import PairedRatioAccumulator
 
 PREVIOUS_TOKEN_THRESHOLD = 0.5
@@ -29,23 +29,26 @@ PREVIOUS_TOKEN_THRESHOLD = 0.5
 
 def causal_key_mask(token_mask: torch.Tensor) -> torch.Tensor:
     """(B, T) real-token mask -> (B, T, T) keys k <= q that are real tokens."""
-    t = token_mask.shape[-1]
-    lower = torch.ones(t, t, dtype=torch.bool, device=token_mask.device).tril()
-    return lower.unsqueeze(0) & token_mask.unsqueeze(1)
+    return causal_prefix_mask(token_mask)
 
 
 def previous_token_sums(attn: torch.Tensor, token_mask: torch.Tensor
                         ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-sentence (mass numerator, share numerator, denominator), each (B, *heads)."""
-    num_head_dims = check_shapes(attn, token_mask, token_mask)
+    return previous_token_sums_from_argmax(attn, prefix_argmax(attn, token_mask), token_mask)
+
+
+def previous_token_sums_from_argmax(attn: torch.Tensor, best: torch.Tensor, token_mask: torch.Tensor
+                                    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`previous_token_sums` given each query's argmax over its causal prefix (B, *heads, T)
+    (e.g. shared with other metrics); of ``attn`` only the diagonal a[q, q-1] is read."""
+    num_head_dims = attn.dim() - 3
     queries = token_mask.clone()
     queries[:, 0] = False
     queries[:, 1:] &= token_mask[:, :-1]
-    attn = attn.to(torch.float64)
-    on_previous = torch.diagonal(attn, offset=-1, dim1=-2, dim2=-1)  # (B, *heads, T-1): a[q, q-1]
+    # a[q, q-1], (B, *heads, T-1); float64 after taking the diagonal, not of the whole tensor
+    on_previous = torch.diagonal(attn, offset=-1, dim1=-2, dim2=-1).to(torch.float64)
     on_previous = torch.cat([on_previous.new_zeros(on_previous.shape[:-1] + (1,)), on_previous], -1)
-    keys = causal_key_mask(token_mask)  # (B, T, T)
-    best = masked_argmax(attn, keys.reshape(keys.shape[:1] + (1,) * num_head_dims + keys.shape[1:]))
     position = torch.arange(token_mask.shape[-1], device=attn.device)
     hit = (best == position - 1)
     q = expand_mask(queries, num_head_dims)
@@ -60,3 +63,9 @@ class PreviousTokenAccumulator(PairedRatioAccumulator):
 
     def update(self, attn: AttentionInput, token_mask: torch.Tensor) -> None:
         self.update_pair(*per_layer(previous_token_sums, attn, token_mask))
+
+    def update_from_argmax(self, weights: Sequence[torch.Tensor], best: Sequence[torch.Tensor],
+                           token_mask: torch.Tensor) -> None:
+        """:meth:`update` of a list of layers, given each layer's causal-prefix argmax."""
+        self.update_pair(*stack_layers([previous_token_sums_from_argmax(w, b, token_mask)
+                                        for w, b in zip(weights, best)]))

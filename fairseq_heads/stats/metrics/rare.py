@@ -45,7 +45,8 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
-from ._batch import AttentionInput, check_shapes, expand_mask, masked_argmax, per_layer
+from ._batch import (AttentionInput, causal_prefix_mask, check_shapes, expand_mask, masked_argmax, per_layer,
+                     prefix_argmax)
 from ..streaming import DEFAULT_REPLICATES, DEFAULT_SEED, RatioAccumulator, RatioEstimate
 
 DEFAULT_MIN_KEYS = 2
@@ -180,31 +181,55 @@ class RareWordAccumulator:
 # shares are token-weighted (sum over queries / number of queries); bootstrap unit the block.
 
 
-def prefix_rare_hits(attn: torch.Tensor, token_mask: torch.Tensor, key_freq: torch.Tensor,
-                     min_keys: int = DEFAULT_MIN_KEYS) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-sentence (hits (B, *heads, 2), chance (B, 2), scored queries (B,)) for causal attention."""
-    num_head_dims = check_shapes(attn, token_mask, token_mask)
+class PrefixRarity(NamedTuple):
+    """What the causal rare-word metric needs of a batch's tokens, whatever the attention (so
+    computed once for all layers): per query, the smallest and second-smallest frequency of its
+    prefix (B, Tq) float64, which queries are scored (B, Tq) bool, and the chance levels (B, 2)."""
+
+    smallest: torch.Tensor
+    second: torch.Tensor
+    scored: torch.Tensor
+    chance: torch.Tensor
+
+
+def prefix_rarity(token_mask: torch.Tensor, key_freq: torch.Tensor,
+                  min_keys: int = DEFAULT_MIN_KEYS) -> PrefixRarity:
+    """The attention-free part of :func:`prefix_rare_hits`."""
     t = token_mask.shape[-1]
-    prefix = torch.ones(t, t, dtype=torch.bool, device=token_mask.device).tril().unsqueeze(0) \
-        & token_mask.unsqueeze(1)  # (B, Tq, Tk)
+    prefix = causal_prefix_mask(token_mask)  # (B, Tq, Tk)
     freq = key_freq.to(torch.float64).unsqueeze(1).expand(-1, t, -1).masked_fill(~prefix, float("inf"))
     ordered = freq.sort(-1).values  # (B, Tq, Tk)
     smallest = ordered[..., 0]
     second = ordered[..., 1] if t > 1 else smallest
     second = torch.where(torch.isinf(second), smallest, second)
     scored = token_mask & (prefix.sum(-1) >= max(min_keys, 1))  # (B, Tq)
-    lead = token_mask.shape[:1] + (1,) * num_head_dims
-    best = masked_argmax(attn, prefix.reshape(lead + prefix.shape[1:]))  # (B, *heads, Tq)
-    best_freq = key_freq.to(torch.float64).reshape(lead + key_freq.shape[1:]).expand(best.shape)
-    best_freq = best_freq.gather(-1, best)
-    q = scored.reshape(lead + scored.shape[1:])
-    hits = torch.stack([(best_freq == smallest.reshape(lead + smallest.shape[1:])) & q,
-                        (best_freq <= second.reshape(lead + second.shape[1:])) & q], -1)
     n = prefix.sum(-1).clamp(min=1).to(torch.float64)
     at_min = ((freq == smallest.unsqueeze(-1)) & prefix).sum(-1) / n
     at_two = ((freq <= second.unsqueeze(-1)) & prefix).sum(-1) / n
     chance = torch.stack([(at_min * scored).sum(-1), (at_two * scored).sum(-1)], -1)
-    return hits.to(torch.float64).sum(-2), chance, scored.to(torch.float64).sum(-1)
+    return PrefixRarity(smallest, second, scored, chance)
+
+
+def prefix_rare_hits_from_argmax(best: torch.Tensor, key_freq: torch.Tensor, rarity: PrefixRarity
+                                 ) -> Tuple[torch.Tensor]:
+    """Per-sentence hits (B, *heads, 2) given each query's argmax over its causal prefix
+    (B, *heads, Tq) (e.g. shared with other metrics) and the batch's :func:`prefix_rarity`."""
+    lead = best.shape[:1] + (1,) * (best.dim() - 2)
+    best_freq = key_freq.to(torch.float64).reshape(lead + key_freq.shape[1:]).expand(best.shape)
+    best_freq = best_freq.gather(-1, best)
+    q = rarity.scored.reshape(lead + rarity.scored.shape[1:])
+    hits = torch.stack([(best_freq == rarity.smallest.reshape(lead + rarity.smallest.shape[1:])) & q,
+                        (best_freq <= rarity.second.reshape(lead + rarity.second.shape[1:])) & q], -1)
+    return (hits.to(torch.float64).sum(-2),)
+
+
+def prefix_rare_hits(attn: torch.Tensor, token_mask: torch.Tensor, key_freq: torch.Tensor,
+                     min_keys: int = DEFAULT_MIN_KEYS) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-sentence (hits (B, *heads, 2), chance (B, 2), scored queries (B,)) for causal attention."""
+    best = prefix_argmax(attn, token_mask)
+    rarity = prefix_rarity(token_mask, key_freq, min_keys)
+    (hits,) = prefix_rare_hits_from_argmax(best, key_freq, rarity)
+    return hits, rarity.chance, rarity.scored.to(torch.float64).sum(-1)
 
 
 class PrefixRareWordAccumulator(RareWordAccumulator):
@@ -216,9 +241,22 @@ class PrefixRareWordAccumulator(RareWordAccumulator):
         super().__init__(head_shape, min_keys=min_keys, replicates=replicates, seed=seed)
 
     def update(self, attn: AttentionInput, token_mask: torch.Tensor, key_freq: torch.Tensor) -> None:
-        hits, chance, scored = per_layer(prefix_rare_hits, attn, token_mask, key_freq, min_keys=self.min_keys)
-        if not isinstance(attn, torch.Tensor):  # per_layer stacked the per-sentence parts too
-            chance, scored = chance[:, 0], scored[:, 0]
+        if isinstance(attn, torch.Tensor):
+            hits, chance, scored = prefix_rare_hits(attn, token_mask, key_freq, min_keys=self.min_keys)
+            self._add(hits, chance, scored)
+            return
+        best = [prefix_argmax(layer, token_mask) for layer in attn]
+        self.update_from_argmax(best, token_mask, key_freq)
+
+    def update_from_argmax(self, best: Sequence[torch.Tensor], token_mask: torch.Tensor,
+                           key_freq: torch.Tensor) -> None:
+        """:meth:`update` of a list of layers, given each layer's causal-prefix argmax (B, H, T)."""
+        rarity = prefix_rarity(token_mask, key_freq, self.min_keys)  # once for all layers
+        (hits,) = per_layer(prefix_rare_hits_from_argmax, best, key_freq, rarity)
+        self._add(hits, rarity.chance, rarity.scored.to(torch.float64).sum(-1))
+
+    def _add(self, hits: torch.Tensor, chance: torch.Tensor, scored: torch.Tensor) -> None:
         den = scored.reshape((-1,) + (1,) * (hits.dim() - 1)).expand_as(hits)
         self.hits.update(hits, den)
         self.chance.update(chance, scored[:, None].expand(-1, 2))
+
