@@ -42,6 +42,7 @@ from fairseq import checkpoint_utils  # noqa: E402
 from fairseq.data import Dictionary, data_utils  # noqa: E402
 
 import fairseq_heads  # noqa: E402,F401  (registers the gated architectures)
+from fairseq_heads.files import write_text_atomic  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
 
@@ -181,12 +182,7 @@ def main(argv=None):
                       "changes the model, so its greedy tokens may differ",
               "machine": dict(machine_info(), torch_threads=torch.get_num_threads(),
                               load_average=os.getloadavg())}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)) or ".", exist_ok=True)
-    temporary = args.out + ".tmp"
-    with open(temporary, "w") as handle:
-        json.dump(report, handle, indent=1)
-        handle.write("\n")
-    os.replace(temporary, args.out)
+    write_text_atomic(args.out, json.dumps(report, indent=1) + "\n")
     print(f"wrote {args.out}")
 
 
