@@ -171,3 +171,16 @@ def test_parses_that_are_not_the_subsets_lines_exit_2(parsed_bin, lm_data_bin, p
     assert_exits_2_in_one_line([base[0], parsed_bin, *base[1:], "--gen-subset", "parsed", "--conllu", str(other)],
                                capsys, f"--conllu {other} does not match the lines of the subset")
     assert not (tmp_path / "out").exists()
+
+
+def test_lm_blocks_must_be_the_sentences_and_fit_the_model():
+    from fairseq_heads.stats.registry import StatsError
+    from fairseq_heads.stats.run import check_lm_sentence_blocks
+
+    check_lm_sentence_blocks([5, 9, 2], 3, "pud", "pud.conllu", limit=9)  # sizes count the EOS
+    with pytest.raises(StatsError, match=r"has 3 sentences but subset 'pud' has 3 lines \(1 empty\).*"
+                                         r"--sample-break-mode eos"):
+        check_lm_sentence_blocks([5, 1, 2], 3, "pud", "pud.conllu", limit=9)  # a document break
+    with pytest.raises(StatsError, match=r"line 1 \(0-based\) has 10 tokens with its EOS, more than the "
+                                         r"model's 9 positions \(--tokens-per-sample\); 2 lines"):
+        check_lm_sentence_blocks([5, 10, 12], 3, "pud", "pud.conllu", limit=9)
