@@ -92,6 +92,7 @@ def test_lm_syntactic_columns_match_the_gold_arcs_and_the_attention_by_hand(lm_s
     from pathlib import Path
 
     from fairseq import checkpoint_utils
+    from fairseq.data import data_utils
 
     from fairseq_heads.stats.capture import capture_heads
     from fairseq_heads.stats.metrics.syntactic import preceding_queries, query_hits, syntactic_queries
@@ -121,7 +122,6 @@ def test_lm_syntactic_columns_match_the_gold_arcs_and_the_attention_by_hand(lm_s
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(plain_lm)], arg_overrides={"data": parsed_bin})
     model, dictionary = models[0].eval(), task.source_dictionary
-    from fairseq.data import data_utils
     dataset = data_utils.load_indexed_dataset(f"{parsed_bin}/parsed", dictionary)
     hits = {}
     with torch.no_grad():
@@ -134,8 +134,8 @@ def test_lm_syntactic_columns_match_the_gold_arcs_and_the_attention_by_hand(lm_s
             token_attn = weights[..., 1:, 1:]  # the real tokens: EOS is not a word
             pieces = [dictionary[int(t)] for t in line]
             word_attn, arcs = prepare_sentence(tokenlist, pieces, token_attn)
-            for q, hit in zip(preceding_queries(syntactic_queries(arcs)),
-                              query_hits(word_attn, preceding_queries(syntactic_queries(arcs))).unbind(-1)):
+            queries = preceding_queries(syntactic_queries(arcs))
+            for q, hit in zip(queries, query_hits(word_attn, queries).unbind(-1)):
                 slot = (q.relation, q.direction)
                 hits[slot] = hits.get(slot, 0) + hit.to(torch.float64)
     for (relation, direction), n in counts.items():
