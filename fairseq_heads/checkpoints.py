@@ -79,6 +79,19 @@ def data_overrides(data_bin: str, source_lang: Optional[str] = None,
     return overrides
 
 
+def set_task_option(state: dict, name: str, value) -> None:
+    """Set one task option of a loaded state, where fairseq builds the task from it: the legacy
+    `args` when the checkpoint has them (`cfg` is rebuilt from those), else `cfg.task`."""
+    from omegaconf import open_dict
+
+    if state.get("args") is not None:
+        setattr(state["args"], name, value)
+    cfg = state.get("cfg")
+    if cfg is not None and cfg.get("task") is not None:
+        with open_dict(cfg):
+            cfg.task[name] = value
+
+
 def load_state(path: str, overrides: Optional[Dict[str, str]] = None) -> dict:
     """fairseq's load_checkpoint_to_cpu, with our loading patches (compat.py)."""
     patch_fairseq_checkpoint_loading()

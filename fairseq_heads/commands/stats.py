@@ -30,7 +30,9 @@ def add_stats_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{','.join(DEFAULT_METRICS)}, plus syntactic with --conllu)")
     parser.add_argument("--conllu", default=None, metavar="SRC.conllu",
                         help="gold parses of the source side, one per sentence in dataset order "
-                             "(plain or .gz); enables the syntactic metric")
+                             "(plain or .gz); enables the syntactic metric. For a language model: "
+                             "of the subset's lines, one sentence a line (read with "
+                             "--sample-break-mode eos; docs/metrics.md)")
     parser.add_argument("--lrp-normalise", choices=("step", "sentence"), default="sentence",
                         help="normalise head relevance per target position (the paper; one "
                              "backward per position) or per sentence (default: %(default)s)")

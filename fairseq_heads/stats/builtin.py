@@ -205,19 +205,21 @@ register(Metric(
 
 def _check_syntactic(options) -> None:
     if "syntactic" in (options.metrics or ()) and not options.conllu:
-        raise StatsError("the syntactic metric needs --conllu (gold parses of the source side)")
+        raise StatsError("the syntactic metric needs --conllu (gold parses of the source side, "
+                         "or of a language model's text)")
 
 
 def _syntactic_update(acc, view) -> None:
-    """Word-level attention and gold arcs of each source sentence of the batch."""
+    """Word-level attention and gold arcs of each sentence of the batch: the source sentences
+    of a translation model (enc-self), the blocks of an LM (dec-self, one sentence a block)."""
     run = view.run
     dictionary = run.task.source_dictionary
-    enc_weights = torch.stack(view.weights, dim=1)
+    self_weights = torch.stack(view.weights, dim=1)
     word_attn, arcs = [], []
     for b, sentence_id in enumerate(view.sentence_ids):
         keep = view.token_mask[b]
         pieces = [dictionary[int(token)] for token in view.tokens[b][keep]]
-        token_attn = enc_weights[b][..., keep, :][..., keep]  # (L, H, T, T)
+        token_attn = self_weights[b][..., keep, :][..., keep]  # (L, H, T, T)
         tokenlist = run.conllu_index[sentence_id]
         try:
             if dictionary.unk_word in pieces:
@@ -225,7 +227,8 @@ def _syntactic_update(acc, view) -> None:
                 run.counters[UNK_FILLED] = run.counters.get(UNK_FILLED, 0) + 1
             attn_b, arcs_b = prepare_sentence(tokenlist, pieces, token_attn, sentence_index=sentence_id)
         except ValueError as error:
-            raise StatsError(f"--conllu {run.options.conllu} does not match the source sentences "
+            sentences = "the lines of the subset" if view.language_model else "the source sentences"
+            raise StatsError(f"--conllu {run.options.conllu} does not match {sentences} "
                              f"(sentence index = dataset index, 0-based): {error}") from None
         word_attn.append(attn_b)
         arcs.append(arcs_b)
@@ -265,18 +268,24 @@ def _syntactic_labels(scores, run):
 
 
 def _syntactic_meta(by_type, run):
-    return {UNK_FILLED: run.counters.get(UNK_FILLED, 0),
+    meta = {UNK_FILLED: run.counters.get(UNK_FILLED, 0),
             "syntactic_baselines": {
                 t: {f"{rel},{direction}": {"baseline": score.baseline, "offset": score.baseline_offset,
                                            "queries": score.num_queries}
                     for (rel, direction), score in scores.items()}
                 for t, scores in (by_type or {}).items()}}
+    if run.language_model:  # which arcs an LM's numbers are over (docs/metrics.md)
+        meta["syntactic_scored_arcs"] = "other end precedes the query"
+    return meta
 
 
 register(Metric(
-    "syntactic", ("enc-self",), WEIGHTS, model_kinds=(TRANSLATION,),
+    # translation: encoder self-attention; an LM: its causal dec-self, on the arcs whose other
+    # end precedes the query (metrics/syntactic.py, preceding_queries)
+    "syntactic", ("enc-self",), WEIGHTS, model_kinds=(TRANSLATION, LANGUAGE_MODEL),
     default=lambda options: bool(options.conllu), check_options=_check_syntactic,
-    accumulator=lambda shape, run: SyntacticAccumulator(shape, **bootstrap(run)),
+    accumulator=lambda shape, run: SyntacticAccumulator(shape, causal=run.language_model,
+                                                        **bootstrap(run)),
     update=_syntactic_update, columns=_syntactic_columns, cells=_syntactic_cells,
     labels=_syntactic_labels, meta=_syntactic_meta, text_columns=("syntactic_best",),
     heatmap=Heatmap("syntactic_best_gain", "syntactic: best accuracy - baseline"),

@@ -16,7 +16,13 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..checkpoints import data_overrides, is_language_model, load_model_and_task, load_state
+from ..checkpoints import (
+    data_overrides,
+    is_language_model,
+    load_model_and_task,
+    load_state,
+    set_task_option,
+)
 from ..heads import ATTENTION_TYPES, iter_attention
 from .agreement import agreement_report
 from .collect import Collector
@@ -51,10 +57,16 @@ class HeadStatistics:
 # ---------------------------------------------------------------- the model
 
 
+LM_SENTENCE_BREAK_MODE = "eos"  # one block = one line of the subset (fairseq's TokenBlockDataset)
+
+
 def load_model(checkpoint: str, data_bin: str, source_lang: Optional[str] = None,
-               target_lang: Optional[str] = None):
+               target_lang: Optional[str] = None, sentence_blocks: bool = False):
     """(model in eval mode, task): a translation checkpoint (encoder-decoder) or a decoder-only
-    language model (`--task language_modeling`), reading its data from `data_bin`."""
+    language model (`--task language_modeling`), reading its data from `data_bin`.
+
+    sentence_blocks: an LM's task reads the subset with `--sample-break-mode eos`, one line a
+    block, whatever it was trained with (gold parses are per sentence; translation unaffected)."""
     from fairseq.models import FairseqEncoderDecoderModel
     from fairseq.tasks import TASK_REGISTRY
     from fairseq.tasks.language_modeling import LanguageModelingTask
@@ -73,6 +85,8 @@ def load_model(checkpoint: str, data_bin: str, source_lang: Optional[str] = None
         raise StatsError(f"{checkpoint}: neither a translation model nor a language model (its "
                          f"task is {task_name!r}); stats needs a translation or language_modeling "
                          f"checkpoint")
+    if sentence_blocks and issubclass(task_class, LanguageModelingTask):
+        set_task_option(state, "sample_break_mode", LM_SENTENCE_BREAK_MODE)
     try:
         model, task = load_model_and_task(checkpoint, state=state)
     except Exception as error:  # fairseq fails in many ways on mismatched data; name the inputs
@@ -128,26 +142,74 @@ def gate_probabilities(model, shape: Mapping[str, Tuple[int, int]]) -> Dict[str,
     return out
 
 
-def batch_iterator(task, model, subset: str, options: StatsOptions):
-    """A fairseq progress bar over the subset's batches (fixed order, no shuffling)."""
-    from fairseq import utils
-    from fairseq.logging import progress_bar
+def task_option(task, name: str):
+    """One option of the task: fairseq's legacy tasks (language_modeling) keep theirs in
+    `task.args`, the dataclass ones (translation) in `task.cfg`."""
+    options = getattr(task, "args", None) or task.cfg
+    return getattr(options, name, None)
 
+
+def load_subset(task, subset: str):
+    """The subset's fairseq dataset (StatsError if the data-bin has no such subset)."""
     try:
         task.load_dataset(subset, combine=False, epoch=1)
     except FileNotFoundError as error:
-        raise StatsError(f"subset {subset!r} not found in {task.cfg.data}: {error}") from None
-    dataset = task.dataset(subset)
+        raise StatsError(f"subset {subset!r} not found in {task_option(task, 'data')}: {error}") from None
+    return task.dataset(subset)
+
+
+def max_positions(task, model):
+    """The longest block (tokens) that the task and the model both take."""
+    from fairseq import utils
+
+    return utils.resolve_max_positions(task.max_positions(), model.max_positions())
+
+
+def check_lm_sentence_blocks(sizes, num_parses: int, subset: str, conllu: str,
+                             limit: Optional[int]) -> None:
+    """An LM with gold parses: its blocks (the subset's lines, --sample-break-mode eos; a size
+    counts the line's EOS) must be the CoNLL-U sentences, one each, and fit the model. Checked
+    before the pass, so that a paragraph- or document-level subset fails in one line."""
+    if len(sizes) != num_parses or any(int(n) <= 1 for n in sizes):
+        empty = sum(1 for n in sizes if int(n) <= 1)
+        raise StatsError(
+            f"--conllu {conllu} has {num_parses} sentences but subset {subset!r} has {len(sizes)} "
+            f"lines ({empty} empty); a language model is read one line a block "
+            f"(--sample-break-mode {LM_SENTENCE_BREAK_MODE}), so --gen-subset must hold the "
+            f"CoNLL-U sentences one a line (python -m fairseq_heads.data.lm_conllu_subset)")
+    too_long = [i for i, n in enumerate(sizes) if limit is not None and int(n) > limit]
+    if too_long:
+        i = too_long[0]
+        raise StatsError(f"subset {subset!r}: line {i} (0-based) has {int(sizes[i])} tokens with its "
+                         f"EOS, more than the model's {limit} positions (--tokens-per-sample); "
+                         f"{len(too_long)} lines are too long for one block")
+
+
+def check_parses_match(dataset, parses, subset: str, conllu: str, language_model: bool,
+                       limit: Optional[int]) -> None:
+    """One gold parse per sentence of the subset: translation sentences, or an LM's blocks
+    (`limit`: the longest block the LM takes)."""
+    if language_model:
+        check_lm_sentence_blocks(dataset.sizes, len(parses), subset, conllu, limit)
+    elif len(parses) != len(dataset):
+        raise StatsError(f"--conllu {conllu} has {len(parses)} sentences but subset {subset!r} "
+                         f"has {len(dataset)}; they must match line by line")
+
+
+def batch_iterator(task, model, dataset, subset: str, options: StatsOptions):
+    """A fairseq progress bar over the subset's batches (fixed order, no shuffling)."""
+    from fairseq.logging import progress_bar
+
     iterator = task.get_batch_iterator(
         dataset=dataset, max_tokens=options.max_tokens, max_sentences=options.batch_size,
-        max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
+        max_positions=max_positions(task, model),
         ignore_invalid_inputs=False, required_batch_size_multiple=1, seed=options.seed,
         num_workers=0).next_epoch_itr(shuffle=False)
     bar = progress_bar.progress_bar(iterator, log_format=options.log_format,
                                     log_interval=options.log_interval,
                                     prefix=f"stats on '{subset}' subset",
                                     default_log_format="tqdm")
-    return dataset, bar
+    return bar
 
 
 # ---------------------------------------------------------------- the run
@@ -184,7 +246,8 @@ def compute_head_statistics(data_bin: str, checkpoint: str, subset: str,
     """Teacher-forced pass over ``subset`` of ``data_bin``; per-head table, agreement, metadata."""
     options = options or StatsOptions()
     check_options(options)
-    model, task = load_model(checkpoint, data_bin, options.source_lang, options.target_lang)
+    model, task = load_model(checkpoint, data_bin, options.source_lang, options.target_lang,
+                             sentence_blocks=bool(options.conllu))
     language_model = is_language_model(model)
     options = options_for_model(options, language_model)
     use_cuda = torch.cuda.is_available() and not options.cpu
@@ -192,15 +255,15 @@ def compute_head_statistics(data_bin: str, checkpoint: str, subset: str,
         model.cuda()
     shape = head_shape(model)
     gates = gate_probabilities(model, shape) or None
-    dataset, progress = batch_iterator(task, model, subset, options)
+    dataset = load_subset(task, subset)
     run = RunContext(options, language_model, model, task, shape)
     if options.conllu:
         run.conllu_index = ConlluIndex(options.conllu)
-        if len(run.conllu_index) != len(dataset):
-            run.conllu_index.close()
-            raise StatsError(f"--conllu {options.conllu} has {len(run.conllu_index)} sentences but "
-                             f"subset {subset!r} has {len(dataset)}; they must match line by line")
     try:
+        if options.conllu:
+            check_parses_match(dataset, run.conllu_index, subset, options.conllu, language_model,
+                               max_positions(task, model))
+        progress = batch_iterator(task, model, dataset, subset, options)
         collector = Collector(run)
         _collect(collector, progress, use_cuda)
     finally:
@@ -230,6 +293,8 @@ def compute_head_statistics(data_bin: str, checkpoint: str, subset: str,
         "thresholds": dataclasses.asdict(options.thresholds),
         "bootstrap": {"replicates": options.replicates, "seed": options.seed, "confidence": 0.95},
         "conllu": os.path.abspath(options.conllu) if options.conllu else None,
+        # an LM's blocks: the checkpoint's break mode, or eos (one line a block) with --conllu
+        **({"sample_break_mode": str(task_option(task, "sample_break_mode"))} if language_model else {}),
         **metric_meta(run, outcomes),
     }
     table = build_table(run, outcomes, gates, meta)

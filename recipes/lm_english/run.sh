@@ -9,15 +9,18 @@
 #   CORPUS=markov_repeats LM_SIZE=2x4 recipes/lm_english/run.sh   # synthetic: chain lines written twice
 #   BASELINE=path/to/checkpoint.pt recipes/lm_english/run.sh   # reuse a trained plain transformer_lm
 #   SCALE=toy recipes/lm_english/run.sh                # the whole pipeline on the toy grammar (minutes)
+#   PUD=0 recipes/lm_english/run.sh                    # without the syntactic heads on PUD English
 #
 # Steps (each resumable, keyed by its settings; recipes/lib.sh): data -> baseline -> its perplexity
-# -> stats (every head function, LRP, gradient, confidence) -> per lambda: L0 fine-tune (gate
-# trace) -> prune --from-gates -> perplexity -> stats of the pruned model (functions, induction
-# loss drop) -> the lambda layouts of SCRATCH_LAMBDAS trained from scratch (same total updates as
-# baseline + fine-tune) -> Michel curves per metric (perplexity) -> tables.md.
+# -> stats (every head function, LRP, gradient, confidence) -> for English text at cpu scale: pud
+# (PUD's gold-parsed sentences binarised with the LM's own model) -> stats_pud (syntactic heads)
+# -> per lambda: L0 fine-tune (gate trace) -> prune --from-gates -> perplexity -> stats of the
+# pruned model (functions, induction loss drop) -> the lambda layouts of SCRATCH_LAMBDAS trained
+# from scratch (same total updates as baseline + fine-tune) -> Michel curves per metric
+# (perplexity) -> tables.md.
 #
 # Environment: RESULTS, DATA (default ../shared/data), CORPUS (gutenberg|wikitext2|markov_repeats),
-# REPEAT_SPANS, REPEAT_PROB (default 0.5), LM_SIZE (3x8 | 2x4; cpu scale), SCALE (cpu|toy), BASELINE,
+# REPEAT_SPANS, REPEAT_PROB (default 0.5), LM_SIZE (3x8 | 2x4; cpu scale), SCALE (cpu|toy), BASELINE, PUD (1|0),
 # BASELINE_UPDATES, FINETUNE_UPDATES, LAMBDAS, SCRATCH_LAMBDAS, CURVE_METRICS, CURVE_STEPS,
 # GATE_LR_SCALE, THREADS (default 2).
 set -euo pipefail
@@ -33,6 +36,8 @@ REPEAT_SPANS=${REPEAT_SPANS:-0}
 REPEAT_PROB=${REPEAT_PROB:-0.5}
 LM_SIZE=${LM_SIZE:-3x8}
 BASELINE=${BASELINE:-}
+PUD=${PUD:-1}
+PUD_CONLLU=$DATA/ud_pud/en_pud-ud-test.conllu.gz
 
 case $SCALE in
 toy)
@@ -50,6 +55,7 @@ toy)
   SCRATCH_LAMBDAS=${SCRATCH_LAMBDAS-0.5}
   CURVE_STEPS=${CURVE_STEPS:-0,2,4,6}
   STATS_ARGS="--bootstrap-replicates 20 --induction-lengths 8,16 --induction-probes 16"
+  PUD=0  # the toy grammar is not English: PUD's words are not its words
   GATE_TRACE_INTERVAL=5
   ;;
 cpu)
@@ -88,6 +94,9 @@ cpu)
     DEFAULT_CURVE_STEPS=0,2,4,6,8 ;;
   *) echo "LM_SIZE: unknown size '$LM_SIZE' (3x8 or 2x4)" >&2; exit 2 ;;
   esac
+  # the syntactic heads need English text with gold parses: PUD, for the English corpora only
+  [ "$CORPUS" != markov_repeats ] || PUD=0
+  [ "$PUD" = 0 ] || [ -f "$PUD_CONLLU" ] || { echo "DATA: $PUD_CONLLU not found (set DATA=... or PUD=0)" >&2; exit 2; }
   BLOCK_ARGS="--tokens-per-sample 256 --sample-break-mode none --max-tokens 4096"
   BASELINE_UPDATES=${BASELINE_UPDATES:-2000}
   FINETUNE_UPDATES=${FINETUNE_UPDATES:-100}
@@ -157,6 +166,19 @@ step_stats() {  # $1 checkpoint, $2 metrics (default: every LM metric)
   mv "$STEP_OUT/stats"/* "$STEP_OUT/" && rmdir "$STEP_OUT/stats"
 }
 
+step_pud() {  # PUD's English sentences (one a line) with the LM's sentencepiece model and dictionary
+  "$PYTHON" -m fairseq_heads.data.lm_conllu_subset --data-bin "$DATA_BIN" --spm-model "$RESULTS/data/spm.model" \
+    --subset "pud=$PUD_CONLLU" --out-dir "$STEP_OUT/bin"
+}
+
+step_stats_pud() {  # $1 checkpoint: syntactic heads on the arcs to earlier words (docs/metrics.md)
+  # shellcheck disable=SC2086
+  fairseq-heads stats "$RESULTS/pud/bin" --path "$1" --gen-subset pud --cpu \
+    --conllu "$RESULTS/pud/bin/pud.conllu.gz" --metrics syntactic,positional,previous_token \
+    $STATS_ARGS --out-dir "$STEP_OUT/stats"
+  mv "$STEP_OUT/stats"/* "$STEP_OUT/" && rmdir "$STEP_OUT/stats"
+}
+
 step_l0() {  # $1 lambda
   # shellcheck disable=SC2086
   train_into_step_out --task language_modeling_heads --arch gated_transformer_lm $SIZE_ARGS \
@@ -190,6 +212,10 @@ run_step baseline "$RESULTS/models/baseline" "${BASELINE:-$SIZE_ARGS $TRAIN_ARGS
 run_step result_baseline "$RESULTS/results/baseline" "test" \
   step_result baseline "$RESULTS/models/baseline/checkpoint.pt" baseline "" ""
 run_step stats "$RESULTS/stats/baseline" "$STATS_ARGS" step_stats "$RESULTS/models/baseline/checkpoint.pt" ""
+if [ "$PUD" != 0 ]; then
+  run_step pud "$RESULTS/pud" "$PUD_CONLLU" step_pud
+  run_step stats_pud "$RESULTS/stats/baseline_pud" "$STATS_ARGS" step_stats_pud "$RESULTS/models/baseline/checkpoint.pt"
+fi
 
 for lambda in $LAMBDAS; do
   name=l0_$lambda

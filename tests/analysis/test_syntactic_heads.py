@@ -2,7 +2,14 @@ import pytest
 import torch
 
 from fairseq_heads.stats.labels import syntactic_labels
-from fairseq_heads.stats.metrics.syntactic import DEP_TO_HEAD, HEAD_TO_DEP, SyntacticAccumulator
+from fairseq_heads.stats.metrics.syntactic import (
+    DEP_TO_HEAD,
+    HEAD_TO_DEP,
+    SyntacticAccumulator,
+    SyntacticQuery,
+    preceding_queries,
+    syntactic_queries,
+)
 from fairseq_heads.stats.syntax.alignment import (
     Arc,
     align_subwords_to_words,
@@ -126,3 +133,109 @@ def test_prepare_sentence_end_to_end_from_subword_attention():
     result = acc.finalize()
     for relation in ("nsubj", "obj", "amod", "advmod"):
         assert result[(relation, DEP_TO_HEAD)].accuracy.estimate.item() == 1.0
+
+
+# ---------------------------------------------------------------- decoder-only LMs (causal)
+
+
+def _pointing(num_words, targets_per_head):
+    """(heads, W, W) word attention: head h puts 1.0 on targets_per_head[h](w) from each word w
+    (0.0 elsewhere); a word whose target is None attends to itself."""
+    attn = torch.zeros(len(targets_per_head), num_words, num_words, dtype=torch.float64)
+    for h, target in enumerate(targets_per_head):
+        for w in range(num_words):
+            key = target(w)
+            attn[h, w, w if key is None else key] = 1.0
+    return attn
+
+
+def _causal(attn):
+    """What a causal LM can produce: nothing on later words (rows renormalised onto the rest)."""
+    causal = torch.tril(attn)
+    return causal / causal.sum(-1, keepdim=True).clamp(min=1e-12)
+
+
+def test_preceding_queries_keep_the_earlier_correct_words_only():
+    arcs = [Arc("obj", 3, 1), Arc("nsubj", 0, 1), Arc("amod", 2, 4), Arc("amod", 6, 4)]
+    kept = preceding_queries(syntactic_queries(arcs))
+    assert sorted(kept) == sorted([
+        SyntacticQuery("obj", DEP_TO_HEAD, 3, (1,)),      # head 1 precedes dependent 3
+        SyntacticQuery("nsubj", HEAD_TO_DEP, 1, (0,)),    # dependent 0 precedes head 1
+        SyntacticQuery("amod", DEP_TO_HEAD, 6, (4,)),
+        SyntacticQuery("amod", HEAD_TO_DEP, 4, (2,)),     # of dependents 2 and 6, only 2 precedes 4
+    ])
+
+
+# (number of words, arcs): obj heads precede their dependents at offsets -1, -2, -1, -3, -1; the
+# nsubj heads follow their dependents except in the last sentence (an inverted "said he").
+LM_SENTENCES = [
+    (4, [Arc("nsubj", 0, 1), Arc("obj", 2, 1)]),
+    (5, [Arc("nsubj", 0, 2), Arc("obj", 4, 2)]),
+    (3, [Arc("obj", 2, 1)]),
+    (6, [Arc("nsubj", 1, 2), Arc("obj", 5, 2)]),
+    (5, [Arc("obj", 1, 0), Arc("nsubj", 4, 3)]),
+    (1, []),
+]
+
+
+def _gold_heads(arcs):
+    heads = {arc.dependent: arc.head for arc in arcs}
+    return heads.get
+
+
+def test_lm_head_pointing_to_the_earlier_gold_head_scores_1_and_the_baseline_is_the_best_negative_offset():
+    attn = []
+    for n, arcs in LM_SENTENCES:
+        head_of = _gold_heads(arcs)
+        gold_if_earlier = lambda w, head_of=head_of: (head_of(w) if head_of(w) is not None and head_of(w) < w
+                                                       else None)
+        previous_word = lambda w: w - 1 if w > 0 else None
+        attn.append(_causal(_pointing(n, [gold_if_earlier, previous_word])))
+    acc = SyntacticAccumulator((2,), replicates=20, causal=True)
+    acc.update(attn, [arcs for _, arcs in LM_SENTENCES])
+    result = acc.finalize()
+    obj = result[("obj", DEP_TO_HEAD)]
+    # closed form: 5 obj arcs, offsets -1, -2, -1, -3, -1 -> offset -1 is right for 3 of 5
+    assert obj.num_queries == 5 and obj.baseline_offset == -1 and obj.baseline == pytest.approx(3 / 5)
+    assert obj.accuracy.estimate.tolist() == [1.0, pytest.approx(3 / 5)]
+    # nsubj dep->head: only the inverted arc (head 3 before dependent 4) can be scored
+    nsubj = result[("nsubj", DEP_TO_HEAD)]
+    assert nsubj.num_queries == 1 and nsubj.baseline_offset == -1 and nsubj.baseline == 1.0
+    assert nsubj.accuracy.estimate.tolist() == [1.0, 1.0]
+    # every offset the baseline can choose among is negative
+    assert all(k < 0 for hits in acc.offset_hits for k in hits)
+    assert result[("advmod", DEP_TO_HEAD)].num_queries == 0
+    assert torch.isnan(result[("advmod", DEP_TO_HEAD)].accuracy.estimate).all()
+    labels = syntactic_labels({k: (v.accuracy.estimate, v.baseline) for k, v in result.items()})
+    assert ("obj", DEP_TO_HEAD) in labels[(0,)] and ("obj", DEP_TO_HEAD) not in labels.get((1,), [])
+
+
+def test_lm_arcs_whose_other_end_follows_the_query_get_no_credit_and_are_not_counted():
+    # Hand-built, not causal: head 0 points each dependent to its gold head wherever it is; head
+    # 1 only where the head FOLLOWS (else to itself); head 2 only where it precedes.
+    attn = []
+    for n, arcs in LM_SENTENCES:
+        head_of = _gold_heads(arcs)
+        anywhere = head_of
+        later = lambda w, head_of=head_of: head_of(w) if head_of(w) is not None and head_of(w) > w else None
+        earlier = lambda w, head_of=head_of: head_of(w) if head_of(w) is not None and head_of(w) < w else None
+        attn.append(_pointing(n, [anywhere, later, earlier]))
+    arcs = [arcs for _, arcs in LM_SENTENCES]
+    full, causal = SyntacticAccumulator((3,), replicates=5), SyntacticAccumulator((3,), replicates=5, causal=True)
+    full.update(attn, arcs)
+    causal.update(attn, arcs)
+    full_nsubj, causal_nsubj = full.finalize()[("nsubj", DEP_TO_HEAD)], causal.finalize()[("nsubj", DEP_TO_HEAD)]
+    # translation (all arcs): 4 queries, the following-head pattern hits the 3 forward arcs
+    assert full_nsubj.num_queries == 4
+    assert full_nsubj.accuracy.estimate.tolist() == [1.0, 0.75, 0.25]
+    assert full_nsubj.baseline_offset == 1
+    # LM: the 3 arcs whose head follows are out of the denominator, so no credit for head 1
+    assert causal_nsubj.num_queries == 1 and causal_nsubj.accuracy.count.tolist() == [1.0, 1.0, 1.0]
+    assert causal_nsubj.accuracy.estimate.tolist() == [1.0, 0.0, 1.0]
+    assert causal_nsubj.baseline_offset == -1
+    # head->dep: a verb's query keeps its earlier subjects; objects follow their verbs here
+    causal_result = causal.finalize()
+    assert causal_result[("nsubj", HEAD_TO_DEP)].num_queries == 3  # the inverted subject follows
+    assert causal_result[("nsubj", HEAD_TO_DEP)].baseline == pytest.approx(2 / 3)  # offsets -1, -2, -1
+    assert causal_result[("obj", HEAD_TO_DEP)].num_queries == 0
+    assert full.finalize()[("obj", HEAD_TO_DEP)].num_queries == 5

@@ -1,6 +1,7 @@
 """End to end: `fairseq-heads stats` on a model trained in the test, checked against attention
 computed by hand, one unpadded sentence at a time; error cases leave the output folder empty."""
 import csv
+import dataclasses
 import json
 import math
 
@@ -237,10 +238,20 @@ def test_metrics_the_model_cannot_have_are_refused(toy_data_bin, trained_checkpo
         "--decoder-attention-heads", "2", "--tokens-per-sample", "16", "--cpu"])
     model = tasks.setup_task(args).build_model(args)
     checkpoint = save_args_checkpoint(model, args, tmp_path / "lm.pt")
-    assert_fails_leaving_nothing(["stats", str(tmp_path / "lm"), "--path", checkpoint, "--out-dir",
-                                  str(out_dir), "--cpu", "--metrics", "syntactic",
-                                  "--conllu", str(toy_data_bin.conllu["valid"])],
-                                 out_dir, capsys, "syntactic heads are computed for translation models only")
+    # every built-in metric applies to LMs too (syntactic on the arcs to earlier words): a
+    # translation-only metric is refused before the data is read
+    from fairseq_heads import stats
+    from fairseq_heads.stats.registry import TRANSLATION
+
+    stats.register(dataclasses.replace(stats.metric("confidence"), name="encoder_only_toy",
+                                       model_kinds=(TRANSLATION,)))
+    try:
+        assert_fails_leaving_nothing(["stats", str(tmp_path / "lm"), "--path", checkpoint, "--out-dir",
+                                      str(out_dir), "--cpu", "--metrics", "encoder_only_toy"],
+                                     out_dir, capsys, "encoder_only_toy heads are computed for translation "
+                                                      "models only")
+    finally:
+        stats.unregister("encoder_only_toy")
 
 
 def test_gated_checkpoint_with_step_normalised_lrp(toy_data_bin, tmp_path):

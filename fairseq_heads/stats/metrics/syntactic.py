@@ -3,6 +3,11 @@ from a word to its dependency head (dep->head) or to its dependents (head->dep),
 the best fixed relative offset? The definition, step by step, is in docs/metrics.md ("Syntactic
 heads"); the words and arcs come from :mod:`fairseq_heads.stats.syntax.alignment`.
 
+A decoder-only LM's query sees only the words before it (and itself), so its version
+(``causal=True``, docs/metrics.md "Syntactic heads of a language model") keeps of each query the
+correct words that precede it and drops queries left without one (:func:`preceding_queries`);
+the offset baseline is then fitted on those queries only, so its offsets are negative.
+
 Bootstrap unit: the sentence (intervals on the accuracies; the baseline is a point value).
 """
 
@@ -62,6 +67,21 @@ def syntactic_queries(arcs: Iterable[Arc], relations: Sequence[str] = RELATIONS)
     return queries
 
 
+def preceding_queries(queries: Iterable[SyntacticQuery]) -> List[SyntacticQuery]:
+    """The queries a causal LM can answer: each keeps the correct words before its query word.
+
+    A word sees only earlier words, so an arc whose other end follows the query cannot be
+    scored: it is neither a hit nor a miss (not in the denominator). A head->dep query keeps its
+    earlier dependents; a query left with no correct word is dropped.
+    """
+    kept = []
+    for q in queries:
+        earlier = tuple(c for c in q.correct if c < q.query)
+        if earlier:
+            kept.append(q._replace(correct=earlier))
+    return kept
+
+
 def query_hits(word_attn: torch.Tensor, queries: Sequence[SyntacticQuery]) -> torch.Tensor:
     """(*heads, Q) bool: does each head's max-weight word (ties -> earliest) hit a correct word."""
     num_words = word_attn.shape[-1]
@@ -88,6 +108,8 @@ class SyntacticAccumulator:
     Args:
         head_shape: shape of the head dims of the word attention, ``(H,)`` or ``(L, H)``.
         relations: relations to score (normalised names).
+        causal: score only the arcs whose other end precedes the query (decoder-only LMs,
+            :func:`preceding_queries`); the baseline's offsets are restricted the same way.
     ``update(word_attn_list, arcs_list)``: one (*head_shape, W, W) tensor and one arc list per
     sentence; every sentence is one bootstrap unit (also sentences without arcs).
     """
@@ -98,9 +120,11 @@ class SyntacticAccumulator:
         relations: Sequence[str] = RELATIONS,
         replicates: int = DEFAULT_REPLICATES,
         seed: int = DEFAULT_SEED,
+        causal: bool = False,
     ):
         self.head_shape = tuple(head_shape)
         self.relations = tuple(relations)
+        self.causal = causal
         self.slots: Tuple[Tuple[str, str], ...] = tuple((r, d) for r in self.relations for d in DIRECTIONS)
         self._slot_index = {slot: i for i, slot in enumerate(self.slots)}
         self.ratio = RatioAccumulator((len(self.slots),) + self.head_shape, replicates=replicates, seed=seed)
@@ -113,6 +137,8 @@ class SyntacticAccumulator:
         numerator = torch.zeros((len(self.slots),) + self.head_shape, dtype=torch.float64)
         denominator = torch.zeros(len(self.slots), dtype=torch.float64)
         queries = syntactic_queries(arcs, self.relations)
+        if self.causal:
+            queries = preceding_queries(queries)
         if not queries:
             return numerator, denominator.reshape((-1,) + (1,) * len(self.head_shape)).expand_as(numerator)
         slot = torch.tensor([self._slot_index[(q.relation, q.direction)] for q in queries], dtype=torch.long)
