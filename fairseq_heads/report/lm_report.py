@@ -38,8 +38,10 @@ def lm_model_result(name: str, kind: str, checkpoint: str, data_bin: str, subset
     dec-self heads it has (a pruned checkpoint's layout, else all of them)."""
     from ..checkpoints import (data_overrides, is_language_model, load_model_and_task, load_state,
                                model_args)
+    from ..gating.head_masks import load_head_mask
     from ..models.head_layout import head_layout
     from ..pruning.curve import perplexity
+    from .model_result import checkpoint_head_mask_file
 
     if kind not in MODEL_KINDS:
         raise LMReportError(f"--kind: {kind!r} is not one of {', '.join(MODEL_KINDS)}")
@@ -48,6 +50,9 @@ def lm_model_result(name: str, kind: str, checkpoint: str, data_bin: str, subset
     if not is_language_model(model):
         raise LMReportError(f"{checkpoint}: not a decoder-only language model")
     layout = head_layout(model)["dec-self"]
+    mask_file = checkpoint_head_mask_file(state)
+    if mask_file:  # trained with --head-mask (a layout from scratch): its masked heads are not kept
+        layout = masked_layout(layout, load_head_mask(mask_file)["dec-self"])
     total_per_layer = int(model_args(state).decoder_attention_heads)  # before any pruning
     value = perplexity(model, task, subset, batch_size)
     return {
@@ -59,6 +64,11 @@ def lm_model_result(name: str, kind: str, checkpoint: str, data_bin: str, subset
         "kept": layout, "heads_kept": sum(len(row) for row in layout),
         "heads_total": len(layout) * int(total_per_layer),
     }
+
+
+def masked_layout(layout: List[List[int]], mask_rows) -> List[List[int]]:
+    """The heads of `layout` (original indices per layer) that a head mask keeps open."""
+    return [[h for h in heads if bool(mask_rows[layer][h])] for layer, heads in enumerate(layout)]
 
 
 def write_lm_result(result: Dict[str, object], path: str) -> None:

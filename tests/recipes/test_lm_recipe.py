@@ -48,6 +48,8 @@ def test_every_step_ran_and_the_tables_answer_the_questions(lm_results):
     assert pruned["checkpoint"] == "models/l0_0.5/pruned.pt" and pruned["heads_kept"] <= 8
     scratch = json.loads((results / "results" / "scratch_l0_0.5" / "result.json").read_text())
     assert scratch["updates"] == 60  # baseline + fine-tune updates: the same training budget
+    # the layout's masked heads are not counted as kept: the same heads as the pruned model
+    assert scratch["kept"] == pruned["kept"] and scratch["heads_kept"] == pruned["heads_kept"]
     heads = json.loads((results / "stats" / "baseline" / "heads.json").read_text())
     assert {"previous_token_mass", "duplicate_token_mass", "induction", "induction_L8",
             "induction_L16"} <= set(heads["columns"])
