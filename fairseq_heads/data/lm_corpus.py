@@ -260,10 +260,11 @@ def train_spm(config: LMCorpusConfig, text: Path, model_path: Path, vocab_path: 
     spm.set_random_generator_seed(config.seed)
     model = io.BytesIO()
     lines = [line for line in read_lines(text / "train.txt") if line]
+    model_type = "char" if config.corpus in SYMBOL_CORPORA else "bpe"  # symbols: never merged
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(lines), model_writer=model, vocab_size=config.vocab_size,
-            model_type="char" if config.corpus in SYMBOL_CORPORA else "bpe", character_coverage=1.0, input_sentence_size=1_000_000,
+            model_type=model_type, character_coverage=1.0, input_sentence_size=1_000_000,
             shuffle_input_sentence=True, num_threads=max(1, config.workers), pad_id=-1,
             max_sentence_length=1 << 16, minloglevel=2)
     except RuntimeError as e:

@@ -35,7 +35,8 @@ def lm_model_result(name: str, kind: str, checkpoint: str, data_bin: str, subset
                     results_dir: str, l0_lambda: Optional[float] = None,
                     from_model: Optional[str] = None, batch_size: int = 16) -> Dict[str, object]:
     """Perplexity of `checkpoint` on `subset` (teacher-forced blocks, as fairseq-eval-lm) and the
-    dec-self heads it has (a pruned checkpoint's layout, else all of them)."""
+    dec-self heads it has (a pruned checkpoint's layout, less the heads closed by the --head-mask it
+    was trained with, if any)."""
     from ..checkpoints import (data_overrides, is_language_model, load_model_and_task, load_state,
                                model_args)
     from ..gating.head_masks import load_head_mask
