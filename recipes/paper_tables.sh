@@ -33,6 +33,9 @@
 #                         (SPM_MODEL) and dictionaries, and the statistics run on it instead
 #   CURVE_METRIC, CURVE_STEPS, CURVE_ARGS    `fairseq-heads curve` over the encoder heads
 #   DEVICE_ARGS           --cpu, or empty on a GPU machine
+#   ANALYSIS              yes (default) or no: with no, only the training and BLEU steps run, not
+#                         pud/stats/curve/report - for several sweeps side by side on one RESULTS
+#                         (each its own lambdas or seeds; a last run with yes writes the report)
 #
 # and optionally RECIPE_EXTRA_TRAIN_ARGS / RECIPE_EXTRA_GENERATE_ARGS, appended to every
 # fairseq-train / fairseq-generate (the tests inject a bad option through them). Every step is
@@ -59,6 +62,7 @@ PYTHON=${PYTHON:-python}
 # ------------------------------------------------------------------ settings, checked first
 PROTOCOL=${PROTOCOL:-${DEFAULT_PROTOCOL:-converged}}
 SEEDS=${SEEDS-1}
+ANALYSIS=${ANALYSIS:-yes}
 GATE_LR_SCALE=${GATE_LR_SCALE:-$DEFAULT_GATE_LR_SCALE}
 BASELINE_SCHEDULE_ARGS=${BASELINE_SCHEDULE_ARGS:-$BASELINE_TRAIN_ARGS}
 
@@ -69,6 +73,10 @@ setting_error() {  # a setting the user can fix: one line, exit status 2, before
 case $PROTOCOL in
 converged | quick) ;;
 *) setting_error "PROTOCOL must be converged or quick, got '$PROTOCOL'" ;;
+esac
+case $ANALYSIS in
+yes | no) ;;
+*) setting_error "ANALYSIS must be yes or no, got '$ANALYSIS'" ;;
 esac
 [[ $SEEDS =~ ^[[:space:]]*[1-9][0-9]*([[:space:]]+[1-9][0-9]*)*[[:space:]]*$ ]] ||
   setting_error "SEEDS must be one or more positive integers separated by spaces, got '$SEEDS'"
@@ -296,6 +304,11 @@ for lambda in $LAMBDAS_ALL; do
   *) converged_pruning all "$lambda" "${SEED_LIST[0]}" no ;;
   esac
 done
+
+if [ "$ANALYSIS" = no ]; then
+  echo "ANALYSIS=no: no statistics, curve or report"
+  exit 0
+fi
 
 STATS_DATA_BIN=$DATA_BIN
 if [ -n "${PUD_SRC:-}" ]; then

@@ -30,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gen-subset", default="test", help="subset to translate (default: %(default)s)")
     parser.add_argument("--limit", type=int, metavar="N", help="only the first N sentences of the subset")
     parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--max-len-b", type=int, default=200, metavar="N",
+                        help="longest hypothesis in tokens, as fairseq-generate (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
     parser.add_argument("--remove-bpe", default="sentencepiece",
                         help="fairseq's --remove-bpe before BLEU (default: %(default)s; 'none' to keep)")
@@ -71,7 +73,8 @@ def run(args) -> int:
 
     points = pruning_curve(model, task, args.gen_subset, scores, steps, rescore=args.rescore,
                            beam=args.beam, batch_size=args.batch_size, remove_bpe=remove_bpe,
-                           limit=args.limit, rescore_subset=args.rescore_subset, progress=progress)
+                           limit=args.limit, rescore_subset=args.rescore_subset, progress=progress,
+                           max_len_b=args.max_len_b)
     write_text_atomic(args.out, curve_csv(points, language_model))
     png = os.path.splitext(args.out)[0] + ".png"
     with atomic_path(png) as tmp:

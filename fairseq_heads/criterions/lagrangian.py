@@ -23,6 +23,7 @@ import torch
 from fairseq.logging import metrics
 from torch import Tensor, nn
 
+from ..gating.hard_concrete import mark_gate_parameter
 from ..gating.head_target import (
     expected_heads_per_group,
     format_head_target,
@@ -60,7 +61,7 @@ class HeadCountLagrangian(nn.Module):
         self.lambda1 = nn.Parameter(torch.zeros(len(self.groups)))
         self.lambda2 = nn.Parameter(torch.zeros(len(self.groups)))
         for multiplier in (self.lambda1, self.lambda2):
-            multiplier.is_head_gate = True  # gate_adam: the gates' lr, no weight decay
+            mark_gate_parameter(multiplier)  # gate_adam: the gates' lr, no weight decay
         self._register_load_state_dict_pre_hook(self._start_missing_multipliers_at_zero)
 
     def _start_missing_multipliers_at_zero(self, state_dict, prefix, *args):

@@ -55,9 +55,20 @@ def prob_one(log_alpha: Tensor, temperature: float, low: float, high: float) -> 
     return torch.sigmoid(log_alpha - temperature * math.log((1.0 - low) / (high - 1.0)))
 
 
+# Optimizers see parameters, not names: gate log-alphas (and the Lagrangian multipliers) carry
+# fairseq's `param_group` attribute, the one attribute that fairseq's fp16/bf16 optimizer copies
+# onto its fp32 master parameters, so `gate_adam` finds them under --fp16/--bf16 too.
+GATE_PARAM_GROUP = "head_gates"
+
+
+def mark_gate_parameter(parameter: nn.Parameter) -> nn.Parameter:
+    """Marks a parameter for `gate_adam` (the gates' learning rate, no weight decay)."""
+    parameter.param_group = GATE_PARAM_GROUP
+    return parameter
+
+
 def is_gate_parameter(parameter: Tensor) -> bool:
-    """Marks gate log-alphas for optimizers (e.g. `gate_adam`), which see parameters, not names."""
-    return getattr(parameter, "is_head_gate", False)
+    return getattr(parameter, "param_group", None) == GATE_PARAM_GROUP
 
 
 class HardConcreteGate(nn.Module):
@@ -74,8 +85,7 @@ class HardConcreteGate(nn.Module):
         check_gate_parameters(temperature, *stretch)
         self.temperature = temperature
         self.low, self.high = stretch
-        self.log_alpha = nn.Parameter(torch.full((num_gates,), float(init_log_alpha)))
-        self.log_alpha.is_head_gate = True
+        self.log_alpha = mark_gate_parameter(nn.Parameter(torch.full((num_gates,), float(init_log_alpha))))
         # Not persistent: a mask is a property of how the model is used, not of its weights.
         self.register_buffer("fixed_mask", None, persistent=False)
         # The open/closed decision under a head target (gating/head_target.py), gate -> bool
@@ -98,8 +108,8 @@ class HardConcreteGate(nn.Module):
     def keep_only(self, gates: List[int]) -> None:
         """Keep the gates at these indices, in this order (physical head pruning)."""
         index = torch.as_tensor(list(gates), dtype=torch.long, device=self.log_alpha.device)
-        self.log_alpha = nn.Parameter(self.log_alpha.detach().index_select(0, index).clone())
-        self.log_alpha.is_head_gate = True
+        self.log_alpha = mark_gate_parameter(
+            nn.Parameter(self.log_alpha.detach().index_select(0, index).clone()))
         if self.fixed_mask is not None:
             self.fixed_mask = self.fixed_mask.index_select(0, index)
 

@@ -19,7 +19,7 @@ from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
 from ..gating.gated_attention import GatedMultiheadAttention
-from ..gating.hard_concrete import HardConcreteGate
+from ..gating.hard_concrete import HardConcreteGate, mark_gate_parameter
 from ..gating.head_target import attach_head_target_record
 from ..heads import ATTENTION_TYPES, iter_attention
 
@@ -84,8 +84,7 @@ def _keep_fully_open(gate: HardConcreteGate) -> None:
     deterministic gate is exactly 1, so that the saved model (fixed masks are not saved)
     computes what the masked one did."""
     fully_open = math.log((1.0 - gate.low) / (gate.high - 1.0)) + 0.5  # margin for rounding
-    gate.log_alpha = nn.Parameter(gate.log_alpha.detach().clamp(min=fully_open))
-    gate.log_alpha.is_head_gate = True
+    gate.log_alpha = mark_gate_parameter(nn.Parameter(gate.log_alpha.detach().clamp(min=fully_open)))
     gate.unfix()
 
 

@@ -3,6 +3,11 @@
 Fine-tuning a trained model wants a small learning rate for the weights but gates that can move
 from open (log-alpha 3) to closed (below -2.4) within a short run: the gates' lr is the
 scheduler's lr times --gate-lr-scale, and they get no weight decay.
+
+Under --fp16/--bf16 fairseq hands the optimizer fp32 master copies of the parameters, which keep
+the gates' mark (fairseq_heads/gating/hard_concrete.py). A flat master copy (fp16's default)
+would merge gates and weights into one tensor, so gate_adam says it supports no flat params:
+fairseq then asks for --fp16-no-flatten-grads instead of training the gates at the weights' lr.
 """
 from dataclasses import dataclass, field
 
@@ -32,6 +37,10 @@ class GateAdam(FairseqAdam):
             groups.append({"params": gates, "lr_scale": cfg.gate_lr_scale, "weight_decay": 0.0})
         super().__init__(cfg, groups)
         self.set_lr(self.optimizer_config["lr"])
+
+    @property
+    def supports_flat_params(self):
+        return False
 
     def set_lr(self, lr):
         for group in self.param_groups:

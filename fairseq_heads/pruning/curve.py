@@ -149,7 +149,8 @@ def lowest_kept(scores: HeadScores, mask: Dict[str, torch.Tensor], count: int):
 def pruning_curve(model: nn.Module, task, subset: str, scores: HeadScores, steps: Sequence[int],
                   rescore: bool = False, beam: int = 5, batch_size: int = 64,
                   remove_bpe: Optional[str] = "sentencepiece", limit: Optional[int] = None,
-                  rescore_subset: str = "valid", progress=None) -> List[CurvePoint]:
+                  rescore_subset: str = "valid", progress=None,
+                  max_len_b: int = 200) -> List[CurvePoint]:
     """Remove the lowest-scoring kept heads up to each step and score the model there (BLEU or
     perplexity)."""
     mask = {t: torch.ones(len(rows), len(rows[0]), dtype=torch.bool) for t, rows in scores.items()}
@@ -166,7 +167,8 @@ def pruning_curve(model: nn.Module, task, subset: str, scores: HeadScores, steps
         if is_language_model(model):
             bleu, signature = perplexity(model, task, subset, batch_size, limit), PERPLEXITY_SIGNATURE
         else:
-            hypotheses, references = translate(model, task, subset, beam, batch_size, remove_bpe, limit)
+            hypotheses, references = translate(model, task, subset, beam, batch_size, remove_bpe, limit,
+                                               max_len_b)
             bleu, signature = corpus_bleu(hypotheses, references)
         point = CurvePoint(step, total - step, bleu, signature,
                            ";".join(f"{t}:{layer}:{head}" for t, layer, head in removed))

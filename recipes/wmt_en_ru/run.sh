@@ -53,7 +53,7 @@ base)
     --encoder-ffn-embed-dim 2048 --decoder-ffn-embed-dim 2048
     --encoder-attention-heads 8 --decoder-attention-heads 8"
   TRAIN_ARGS="--share-all-embeddings --dropout 0.1 --label-smoothing 0.1 --max-tokens 8192
-    --adam-betas (0.9,0.98) --fp16"
+    --adam-betas (0.9,0.98) --fp16 --fp16-no-flatten-grads"
   # Vaswani et al.'s base schedule. On ~18k pairs the model overfits long before 100k updates:
   # valid loss picks the checkpoint.
   BASELINE_TRAIN_ARGS="--optimizer adam --lr 7e-4 --lr-scheduler inverse_sqrt --warmup-updates 4000

@@ -132,7 +132,8 @@ def test_curve_removes_the_lowest_scoring_heads_and_reports_bleu(plain_checkpoin
     overlay.write_text("heads_kept,bleu,label\n5,0.5,lambda=0.1\n")
     assert main(["curve", str(toy_data_bin.data_bin), "--path", str(plain_checkpoint), "--scores", scores,
                  "--metric", "confidence", "--steps", "0,3,8", "--out", str(out), "--overlay", str(overlay),
-                 "--gen-subset", "valid", "--limit", "12", "--beam", "2", "-s", "src", "-t", "tgt"]) == 0
+                 "--gen-subset", "valid", "--limit", "12", "--beam", "2", "-s", "src", "-t", "tgt",
+                 "--max-len-b", "12"]) == 0  # the untrained model never ends a sentence
     with open(out) as f:
         rows = list(csv.DictReader(f))
     assert [(int(r["heads_removed"]), int(r["heads_kept"])) for r in rows] == [(0, 8), (3, 5), (8, 0)]
@@ -141,7 +142,7 @@ def test_curve_removes_the_lowest_scoring_heads_and_reports_bleu(plain_checkpoin
     assert rows[1]["removed_heads"] == ";".join(f"enc-self:{r['layer']}:{r['head']}" for r in ranked[:3])
     assert rows[0]["sacrebleu_signature"].startswith("nrefs:1|")
     model, task = load(plain_checkpoint, toy_data_bin.data_bin)
-    bleu, _ = corpus_bleu(*translate(model, task, "valid", beam=2, limit=12))
+    bleu, _ = corpus_bleu(*translate(model, task, "valid", beam=2, limit=12, max_len_b=12))
     assert float(rows[0]["bleu"]) == pytest.approx(bleu, abs=0.01)
     assert (tmp_path / "curve.png").stat().st_size > 1000
 
@@ -151,7 +152,8 @@ def test_curve_with_rescoring_runs(plain_checkpoint, toy_data_bin, tmp_path):
     out = tmp_path / "curve.csv"
     assert main(["curve", str(toy_data_bin.data_bin), "--path", str(plain_checkpoint), "--scores", scores,
                  "--metric", "confidence", "--steps", "0,2,4", "--rescore", "--out", str(out),
-                 "--gen-subset", "valid", "--limit", "8", "--beam", "1", "-s", "src", "-t", "tgt"]) == 0
+                 "--gen-subset", "valid", "--limit", "8", "--beam", "1", "-s", "src", "-t", "tgt",
+                 "--max-len-b", "12"]) == 0
     with open(out) as f:
         rows = list(csv.DictReader(f))
     assert [len(r["removed_heads"].split(";")) if r["removed_heads"] else 0 for r in rows] == [0, 2, 4]

@@ -1,8 +1,10 @@
-"""End to end, for each recipe: `SCALE=toy recipes/<recipe>/run.sh` (synthetic corpus, 2+2
-layers d=32, 20-30 updates per training) writes every table and figure; a re-run skips every
-step; a step that fails leaves no done marker and no result behind.
+"""End to end: `SCALE=toy recipes/multi30k_en_de/run.sh` (synthetic corpus, 2+2 layers d=32,
+20-30 updates per training) writes every table and figure; a re-run skips every step; a step
+that fails leaves no done marker and no result behind. The other recipes share its steps
+(recipes/paper_tables.sh, toy_scale.sh): `wmt_en_ru/run.sh` runs its first steps here, with
+ANALYSIS=no; `multi30k_en_de/gpu.sh` has its own test (test_gpu_recipe.py).
 
-Takes a few minutes per recipe on 2 CPU cores (mostly starting ~17 Python processes).
+Takes a few minutes on 2 CPU cores (mostly starting ~17 Python processes).
 """
 import base64
 import csv
@@ -17,7 +19,7 @@ import time
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RECIPES = ("multi30k_en_de", "wmt_en_ru")
+RECIPES = ("multi30k_en_de",)
 LAMBDA = "0.01"  # the toy scale's default: one lambda per sweep
 MODELS = ("baseline", f"enc_l0_{LAMBDA}", f"all_l0_{LAMBDA}", f"scratch_all_l0_{LAMBDA}")
 FIGURES = ("encoder_pruning.png", "heads_kept_by_type.png", "gate_trace.png", "open_heads.png", "survivors.png")
@@ -31,7 +33,8 @@ def recipe_script(recipe):
 def run_recipe(results, recipe="multi30k_en_de", **extra_env):
     env = dict(os.environ, SCALE="toy", RESULTS=str(results), THREADS="1", **extra_env)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    for name in ("LAMBDAS_ENC", "LAMBDAS_ALL", "SCRATCH_LAMBDAS", "RECIPE_EXTRA_TRAIN_ARGS", "RECIPE_EXTRA_GENERATE_ARGS"):
+    for name in ("LAMBDAS_ENC", "LAMBDAS_ALL", "SCRATCH_LAMBDAS", "RECIPE_EXTRA_TRAIN_ARGS", "RECIPE_EXTRA_GENERATE_ARGS",
+                 "ANALYSIS", "PROTOCOL"):
         if name not in extra_env:
             env.pop(name, None)
     started = time.monotonic()
@@ -45,13 +48,6 @@ def toy_results(request, tmp_path_factory):
     process, _ = run_recipe(results, request.param)
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
     return results, process
-
-
-def only_for_multi30k(results):
-    """The step runner and the sweeps are the same code in every recipe (paper_tables.sh): the
-    slower re-run tests run on one recipe only."""
-    if not results.name.startswith("multi30k_en_de"):
-        pytest.skip("re-run behaviour is shared by the recipes: tested on multi30k_en_de")
 
 
 def test_every_step_ran(toy_results):
@@ -136,7 +132,6 @@ def test_more_lambdas_run_only_their_own_steps(toy_results):
     """Adding a lambda to each sweep runs that lambda's steps and the report, nothing else: the
     curve does not depend on the lambdas, and SCRATCH_LAMBDAS="" skips the from-scratch run."""
     results, _ = toy_results
-    only_for_multi30k(results)
     process, _ = run_recipe(results, LAMBDAS_ENC=f"{LAMBDA} 0.02", LAMBDAS_ALL=f"{LAMBDA} 0.02",
                             SCRATCH_LAMBDAS="")
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
@@ -157,7 +152,6 @@ def test_converged_protocol_stops_at_the_plateau_then_trains_the_fixed_mask(toy_
     from fairseq_heads.convergence import converged_at, read_validations
 
     results, _ = toy_results
-    only_for_multi30k(results)
     name = f"all_l0_{LAMBDA}_conv_s1"
     process, _ = run_recipe(results, PROTOCOL="converged", LAMBDAS_ENC="", LAMBDAS_ALL=LAMBDA,
                             SCRATCH_LAMBDAS="", SEEDS="1", PLATEAU_VALIDATIONS="1",
@@ -188,7 +182,7 @@ def test_converged_protocol_stops_at_the_plateau_then_trains_the_fixed_mask(toy_
 
 
 @pytest.mark.parametrize("setting, value", [("PROTOCOL", "slow"), ("SEEDS", "1 two"), ("SEEDS", "1 1"),
-                                            ("GATE_LR_SCALE", "-3")])
+                                            ("GATE_LR_SCALE", "-3"), ("ANALYSIS", "maybe")])
 def test_bad_settings_stop_before_any_step(tmp_path, setting, value):
     process, _ = run_recipe(tmp_path / "results", **{setting: value})
     assert process.returncode == 2
@@ -199,7 +193,6 @@ def test_bad_settings_stop_before_any_step(tmp_path, setting, value):
 def test_failing_step_leaves_no_marker_and_no_result(toy_results):
     """Run last: it redoes (and breaks) the baseline's BLEU step."""
     results, _ = toy_results
-    only_for_multi30k(results)
     process, _ = run_recipe(results, RECIPE_EXTRA_GENERATE_ARGS="--no-such-option")
     assert process.returncode != 0
     assert "redo bleu_baseline (settings changed)" in process.stdout
@@ -209,6 +202,19 @@ def test_failing_step_leaves_no_marker_and_no_result(toy_results):
     assert not (results / "results" / "baseline.partial").exists()
     assert (results / ".done" / "baseline").exists()  # earlier steps are untouched
     assert (results / "models" / "baseline" / "checkpoint.pt").exists()
+
+
+def test_wmt_recipe_with_analysis_no_runs_only_training_and_bleu(tmp_path):
+    """The en-ru recipe at toy scale, no sweeps and ANALYSIS=no: its baseline is trained and
+    scored, and no statistics, curve or report step runs."""
+    results = tmp_path / "wmt_en_ru_toy"
+    process, _ = run_recipe(results, "wmt_en_ru", LAMBDAS_ENC="", LAMBDAS_ALL="", ANALYSIS="no")
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    assert re.findall(r"^run  (\S+)$", process.stdout, re.M) == ["data", "baseline", "bleu_baseline"]
+    assert "ANALYSIS=no: no statistics, curve or report" in process.stdout
+    with open(results / "results" / "baseline" / "result.json") as f:
+        assert 0 <= json.load(f)["bleu"] <= 100
+    assert sorted(os.listdir(results)) == [".done", "data", "logs", "models", "results"]
 
 
 def test_wmt_recipe_names_missing_newstest_files(tmp_path):

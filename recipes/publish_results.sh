@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# recipes/publish_results.sh RESULTS DOCS: copy the committed subset of a recipe's results folder
+# (tables, report, figures, result files, head statistics, curves, masks, gate and validation
+# traces, gzipped) to DOCS, with the results folder's absolute paths in heads.json made relative.
+# Checkpoints, data and logs stay behind. DOCS is written under a temporary name, then renamed.
+set -euo pipefail
+[ $# = 2 ] || { echo "usage: publish_results.sh RESULTS DOCS" >&2; exit 2; }
+src=$(readlink -f "$1") dst=$(readlink -m "$2")
+[ -f "$src/tables.md" ] || { echo "publish_results.sh: $src/tables.md missing (run the report first)" >&2; exit 2; }
+tmp=$dst.partial
+rm -rf "$tmp"
+mkdir -p "$tmp"
+cd "$src"
+for f in tables.md report.html figures/*.png results/*/result.json stats/*/heads.csv \
+  stats/*/heads.json stats/*/agreement.json curve/curve.csv curves/*/curve.csv \
+  masks/*/head_mask.json; do
+  [ -e "$f" ] || continue
+  mkdir -p "$tmp/$(dirname "$f")"
+  cp "$f" "$tmp/$f"
+done
+for f in models/*/gate_trace.jsonl models/*/validations*.jsonl; do
+  [ -e "$f" ] || continue
+  mkdir -p "$tmp/$(dirname "$f")"
+  gzip -9nc "$f" > "$tmp/$f.gz"
+done
+[ ! -d "$tmp/stats" ] || find "$tmp/stats" -name heads.json -exec sed -i "s#\"$src/#\"#g" {} +
+chmod -R a+rX "$tmp"
+rm -rf "$dst"
+mv "$tmp" "$dst"
