@@ -29,11 +29,14 @@ def check_gate_parameters(temperature: float, low: float, high: float) -> None:
 def sample_gates(log_alpha: Tensor, temperature: float, low: float, high: float,
                  generator: Optional[torch.Generator] = None) -> Tensor:
     """One reparameterised Hard Concrete sample per element of log_alpha (differentiable)."""
+    # at least float32: fp16/bf16 would round 1 - eps to 1 and put u on a coarse grid (a few
+    # gates per layer: the cost is nil)
+    dtype = torch.promote_types(log_alpha.dtype, torch.float32)
     eps = 1e-6  # keeps log(u) and log(1-u) finite
-    u = torch.rand(log_alpha.shape, generator=generator, dtype=log_alpha.dtype,
+    u = torch.rand(log_alpha.shape, generator=generator, dtype=dtype,
                    device=log_alpha.device).clamp(eps, 1 - eps)
-    s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + log_alpha) / temperature)
-    return (s * (high - low) + low).clamp(0.0, 1.0)
+    s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + log_alpha.to(dtype)) / temperature)
+    return (s * (high - low) + low).clamp(0.0, 1.0).to(log_alpha.dtype)
 
 
 def deterministic_gates(log_alpha: Tensor, low: float, high: float) -> Tensor:

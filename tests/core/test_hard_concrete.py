@@ -29,6 +29,17 @@ def test_empirical_zero_and_one_probabilities_match_closed_form(log_alpha):
     assert 0 < float((z == 0).double().mean()) + float((z == 1).double().mean()) < 1  # soft middle exists
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_gates_are_the_float32_samples_rounded(dtype):
+    """Under --fp16/--bf16 the gate is drawn in float32 (fp16 would round 1 - 1e-6 to 1 and
+    put u on a grid 5e-4 apart near 1), then rounded to the model's dtype."""
+    log_alpha = torch.linspace(-3, 3, 1000)
+    half = sample_gates(log_alpha.to(dtype), TEMP, LOW, HIGH, torch.Generator().manual_seed(5))
+    full = sample_gates(log_alpha.to(dtype).float(), TEMP, LOW, HIGH, torch.Generator().manual_seed(5))
+    assert half.dtype == dtype
+    assert torch.equal(half, full.to(dtype))
+
+
 def test_sample_is_in_unit_interval_and_temperature_sharpens():
     la = torch.zeros(50_000, dtype=torch.float64)
     g = torch.Generator().manual_seed(0)
