@@ -67,7 +67,7 @@ gpu)
   TRAIN_ARGS="--share-all-embeddings --dropout 0.3 --label-smoothing 0.1 --max-tokens 8192
     --adam-betas (0.9,0.98) $MIXED_PRECISION"
   # ~60 updates per epoch: BASELINE_UPDATES or BASELINE_MINUTES, whichever comes first; a
-  # checkpoint (and a validation) every 5 epochs keeps the saving of a 50M-parameter model cheap.
+  # checkpoint every 5 epochs (and at the end) keeps the saving of a 50M-parameter model cheap.
   BASELINE_TRAIN_ARGS="--optimizer adam --lr 1e-3 --lr-scheduler inverse_sqrt --warmup-updates 500
     --max-update ${BASELINE_UPDATES:-1500}
     --stop-time-hours $(awk "BEGIN { print ${BASELINE_MINUTES:-3} / 60 }") --save-interval 5"
