@@ -71,3 +71,13 @@ def test_bad_scale_exits_2_before_any_step(tmp_path):
     assert process.returncode == 2
     assert process.stderr.strip() == "SCALE must be gpu or toy, got h200"
     assert not (tmp_path / "results").exists() and not (tmp_path / "docs").exists()
+
+
+def test_publishing_a_folder_without_a_report_exits_2_and_writes_nothing(tmp_path):
+    (tmp_path / "results").mkdir()
+    process = subprocess.run(["bash", os.path.join(REPO, "recipes", "publish_results.sh"),
+                              str(tmp_path / "results"), str(tmp_path / "docs")],
+                             capture_output=True, text=True, timeout=60)
+    assert process.returncode == 2
+    assert process.stderr.count("\n") == 1 and "tables.md missing" in process.stderr
+    assert sorted(os.listdir(tmp_path)) == ["results"]
