@@ -84,11 +84,15 @@ def _named_pair(text: str) -> Tuple[str, Tuple[str, str]]:
     return name, pair
 
 
-def _named_file(text: str) -> Tuple[str, str]:
-    name, _, path = text.partition("=")
-    if not name or not path:
-        raise argparse.ArgumentTypeError(f"expected SUBSET=FILE, got {text!r}")
-    return name, path
+def named_file(form: str):
+    """argparse type of a NAME=FILE option (--conllu here, --subset of lm_conllu_subset): the pair
+    (NAME, FILE); `form` names the expected form in the error."""
+    def parse(text: str) -> Tuple[str, str]:
+        name, _, path = text.partition("=")
+        if not name or not path:
+            raise argparse.ArgumentTypeError(f"expected {form}, got {text!r}")
+        return name, path
+    return parse
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -101,7 +105,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--tgt", required=True)
     parser.add_argument("--subset", type=_named_pair, action="append", required=True,
                         metavar="NAME=SRC_FILE,TGT_FILE", help="a subset to binarise (repeatable)")
-    parser.add_argument("--conllu", type=_named_file, action="append", default=[], metavar="NAME=FILE",
+    parser.add_argument("--conllu", type=named_file("SUBSET=FILE"), action="append", default=[], metavar="NAME=FILE",
                         help="source-side parses of a subset, copied as NAME.conllu[.gz]")
     parser.add_argument("--out-dir", required=True)
     args = parser.parse_args(argv)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..files import make_staging_dir, replace_dir
+from .extra_subset import named_file
 from .prepare import DataPrepError, conllu_blocks, fairseq_preprocess_command, normalise, read_lines, write_lines
 
 TEXT_COMMENT = "# text = "
@@ -88,20 +89,13 @@ def binarize_conllu_subsets(data_bin: str, spm_model: str, subsets: Dict[str, st
     return str(out)
 
 
-def _named_file(text: str):
-    name, _, path = text.partition("=")
-    if not name or not path:
-        raise argparse.ArgumentTypeError(f"expected NAME=FILE.conllu[.gz], got {text!r}")
-    return name, path
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     """`python -m fairseq_heads.data.lm_conllu_subset` (module doc)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-bin", required=True, help="the LM's data-bin (its dict.txt)")
     parser.add_argument("--spm-model", required=True, help="the LM's sentencepiece model (WORK/spm.model)")
-    parser.add_argument("--subset", type=_named_file, action="append", required=True,
+    parser.add_argument("--subset", type=named_file("NAME=FILE.conllu[.gz]"), action="append", required=True,
                         metavar="NAME=FILE.conllu[.gz]", help="a subset from a CoNLL-U file's text (repeatable)")
     parser.add_argument("--out-dir", required=True)
     args = parser.parse_args(argv)

@@ -52,13 +52,8 @@ gpu)
     [ -f "$file" ] || { echo "gpu.sh: missing $file (set DATA)" >&2; exit 2; }
   done
   DATA_BIN=""
-  DATA_KEY="multi30k $M vocab 8000"
-  prepare_data() {
-    fairseq-heads prepare --work-dir "$STEP_OUT" --src en --tgt de \
-      --train "$M/train.en.gz,$M/train.de.gz" --valid "$M/val.en.gz,$M/val.de.gz" \
-      --test "$M/test_2016_flickr.en.gz,$M/test_2016_flickr.de.gz" \
-      --vocab-size 8000 --workers 8
-  }
+  DATA_WORKERS=8
+  source "$HERE/multi30k_data.sh"
   BASELINE_CHECKPOINT=""
   SIZE_ARGS="--encoder-layers 6 --decoder-layers 6 --encoder-embed-dim 512 --decoder-embed-dim 512
     --encoder-ffn-embed-dim 2048 --decoder-ffn-embed-dim 2048

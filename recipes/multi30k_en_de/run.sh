@@ -52,13 +52,8 @@ cpu)
     STATS_CONLLU=$PUD_CONLLU
   else
     BASELINE_CHECKPOINT=""
-    DATA_KEY="multi30k $M vocab 8000"
-    prepare_data() {
-      fairseq-heads prepare --work-dir "$STEP_OUT" --src en --tgt de \
-        --train "$M/train.en.gz,$M/train.de.gz" --valid "$M/val.en.gz,$M/val.de.gz" \
-        --test "$M/test_2016_flickr.en.gz,$M/test_2016_flickr.de.gz" \
-        --vocab-size 8000 --workers 2
-    }
+    DATA_WORKERS=2
+    source "$HERE/multi30k_data.sh"
     # Multi30k has no parses: the statistics run on PUD en->de (gold English parses),
     # binarised with this model's sentencepiece model and dictionaries (step `pud`).
     SPM_MODEL=$RESULTS/data/spm.model
