@@ -25,8 +25,12 @@ $(STAMP): setup.py requirements.txt Makefile
 demo: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash recipes/demo.sh
 
+# The suite in TEST_WORKERS pytest-xdist processes, each test file on one of them (the module
+# fixtures that run a recipe once stay one run), one OpenMP thread each, so that the workers and
+# the fairseq commands they start do not oversubscribe the cores.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VPY) -m pytest -q tests
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" OMP_NUM_THREADS=1 $(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 clean-venv:
 	rm -rf $(VENV)

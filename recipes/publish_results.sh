@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # recipes/publish_results.sh RESULTS DOCS: copy the committed subset of a recipe's results folder
-# (tables, report, figures, result files, head statistics, curves, masks, gate and validation
-# traces, gzipped) to DOCS, with the results folder's absolute paths in heads.json made relative.
+# (tables, report, figures, result files and translations, head statistics, curves, masks, gate
+# and validation traces, gzipped) to DOCS, with the results folder's absolute paths in heads.json made relative.
 # Checkpoints, data and logs stay behind. DOCS is written under a temporary name, then renamed.
 set -euo pipefail
 [ $# = 2 ] || { echo "usage: publish_results.sh RESULTS DOCS" >&2; exit 2; }
@@ -18,8 +18,19 @@ for f in tables.md report.html figures/*.png results/*/result.json stats/*/heads
   mkdir -p "$tmp/$(dirname "$f")"
   cp "$f" "$tmp/$f"
 done
+# each model's references and hypotheses (the T- and D- lines of fairseq-generate): what the
+# report's paired bootstrap reads when it is rendered again from DOCS
+for f in results/*/generate.txt results/*/generate.txt.gz; do
+  [ -e "$f" ] || continue
+  mkdir -p "$tmp/$(dirname "$f")"
+  case $f in
+  *.gz) cp "$f" "$tmp/$f" ;;
+  *) grep -E '^[TD]-' "$f" | gzip -9nc > "$tmp/$f.gz" ;;
+  esac
+done
 for f in models/*/gate_trace.jsonl models/*/validations*.jsonl; do
   [ -e "$f" ] || continue
+  case $f in models/*.partial/*) continue ;; esac  # a step still running (or stopped): no result yet
   mkdir -p "$tmp/$(dirname "$f")"
   gzip -9nc "$f" > "$tmp/$f.gz"
 done

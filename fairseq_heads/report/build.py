@@ -122,7 +122,7 @@ def _differences(inputs: Inputs, kinds) -> Tuple[str, Table]:
 
 def _encoder_section(inputs: Inputs, draw: Callable) -> Section:
     shown = tables.headline(inputs.results)
-    table = tables.encoder_pruning_table(shown, inputs.curve)
+    table = tables.encoder_pruning_table(inputs.results, inputs.curve)
     curve = tables.curve_points(inputs.curve) if inputs.curve else []
     name = draw("encoder_pruning.png", figures.encoder_pruning_figure,
                 tables.encoder_sweep_points(shown), curve)

@@ -19,6 +19,10 @@ FUNCTIONS = ("positional", "syntactic", "rare")  # a head's function: the labels
 NO_FUNCTION = "none"
 
 
+QUICK_NOTE = ("quick protocol: a short L0 fine-tune of a fixed number of updates, the earlier "
+              "protocol; not comparable with the converged rows")
+
+
 class MissingInput(Exception):
     """A table or figure cannot be made: its inputs are missing (the message says which)."""
 
@@ -121,20 +125,35 @@ def curve_points(curve_rows: Sequence[Dict[str, str]]) -> List[Tuple[int, float]
 
 
 def encoder_pruning_table(results: Sequence[dict], curve_rows: Optional[Sequence[Dict[str, str]]]) -> Table:
-    """BLEU against encoder heads kept: the L0 models, and the curve's BLEU at the nearest
-    number of heads kept (the heuristic pruning at about the same size)."""
-    if not by_kind(results, ENCODER_L0):
+    """BLEU against encoder heads kept: the headline L0 models (see `headline`), then, when those
+    are converged, the quick protocol's models as rows labelled so; for each, the curve's BLEU at
+    the nearest number of heads kept (the heuristic pruning at about the same size)."""
+    shown = headline(results)
+    if not by_kind(shown, ENCODER_L0):
         raise MissingInput("no encoder-only L0 results (kind encoder_l0)")
     curve = curve_points(curve_rows) if curve_rows else []
-    total = baseline_result(results)["heads_total"]["enc-self"]
+    baseline = baseline_result(results)
+    total = baseline["heads_total"]["enc-self"]
+    pruned = by_kind(shown, ENCODER_L0)
+    quick = [r for r in by_kind(results, ENCODER_L0) if protocol_of(r) == QUICK and r not in pruned]
     rows = []
-    for label, kept, bleu in encoder_sweep_points(results):
+    for result in [baseline] + pruned + quick:
+        kept = int(result["heads_kept"]["enc-self"])
         nearest = min(curve, key=lambda p: (abs(p[0] - kept), p[0])) if curve else None
-        rows.append([label, f"{kept}/{total}", bleu,
+        if result is baseline:
+            label, protocol = "baseline", ""
+        else:
+            label = f"λ={format_lambda(result['l0_lambda'])}" + ("" if result in pruned else " (quick protocol)")
+            protocol = protocol_label(result)
+        rows.append([label, protocol, f"{kept}/{total}", result["bleu"],
                      nearest[1] if nearest else None, nearest[0] if nearest else None])
-    note = "" if curve else "no Michel et al. curve (curve/curve.csv): its columns are empty"
-    return Table(["model", "encoder heads kept", "BLEU", "BLEU, heuristic pruning",
-                  "heads kept (heuristic)"], rows, note)
+    notes = []
+    if not curve:
+        notes.append("no Michel et al. curve (curve/curve.csv): its columns are empty")
+    if quick:
+        notes.append(QUICK_NOTE)
+    return Table(["model", "protocol", "encoder heads kept", "BLEU", "BLEU, heuristic pruning",
+                  "heads kept (heuristic)"], rows, "; ".join(notes))
 
 
 # ------------------------------------------------------------------ (2) all attention types
@@ -159,8 +178,7 @@ def all_types_table(results: Sequence[dict]) -> Table:
         rows.append([label if result in pruned else f"{label} (quick protocol)", protocol_label(result),
                      *(f"{result['heads_kept'][t]}/{result['heads_total'][t]}" for t in ATTENTION_TYPES),
                      result["bleu"], from_scratch["bleu"] if from_scratch else None])
-    note = ("quick protocol: a short L0 fine-tune of a fixed number of updates, the earlier "
-            "protocol; not comparable with the converged rows" if quick else "")
+    note = QUICK_NOTE if quick else ""
     return Table(["model", "protocol", *ATTENTION_TYPES, "BLEU (from trained)", "BLEU (from scratch)"],
                  rows, note)
 
@@ -253,12 +271,28 @@ def seed_summary_table(results: Sequence[dict]) -> Table:
                  "seed spread: max - min BLEU over the seeds; one seed gives a spread of 0")
 
 
+def control_model(result: dict, results: Sequence[dict]) -> Optional[dict]:
+    """The λ=0 model trained like `result` (same kind, protocol and gate learning rate; its seed
+    if that one was run, else the lowest): the baseline given the same extra training without
+    a penalty. What pruning costs is measured against it, since the extra updates of a
+    fine-tune are worth something on their own when the baseline stopped before converging."""
+    if result.get("kind") not in (ENCODER_L0, ALL_L0) or not result.get("l0_lambda"):
+        return None
+    controls = [r for r in results if r.get("kind") == result["kind"] and r.get("l0_lambda") == 0
+                and protocol_of(r) == protocol_of(result)
+                and r.get("gate_lr_scale") == result.get("gate_lr_scale")]
+    if not controls:
+        return None
+    return min(controls, key=lambda r: ((r.get("seed") or 1) != (result.get("seed") or 1), r.get("seed") or 1))
+
+
 def bleu_difference_table(results: Sequence[dict],
                           translations: Dict[str, Tuple[List[str], List[str]]],
                           kinds: Sequence[str], samples: int = 1000) -> Table:
     """Paired-bootstrap BLEU differences (significance.py): each L0 model of `kinds` against the
-    baseline, each from-scratch model against the model its layout came from. `translations`:
-    model name -> (hypotheses, references) of its fairseq-generate output."""
+    baseline and, when one was trained, against its λ=0 control (`control_model`); each
+    from-scratch model against the model its layout came from. `translations`: model name ->
+    (hypotheses, references) of its fairseq-generate output."""
     from .significance import paired_bootstrap, sentence_statistics
 
     baseline = baseline_result(results)
@@ -266,9 +300,11 @@ def bleu_difference_table(results: Sequence[dict],
     pairs = []
     for kind in kinds:
         for result in by_kind(results, kind):
-            against = by_name.get(result.get("from_model")) if kind == FROM_SCRATCH else baseline
-            if against is not None:
-                pairs.append((result, against))
+            if kind == FROM_SCRATCH:
+                against = [by_name.get(result.get("from_model"))]
+            else:
+                against = [baseline, control_model(result, results)]
+            pairs += [(result, other) for other in against if other is not None]
     if not pairs:
         raise MissingInput(f"no results of kind {', '.join(kinds)}")
     missing = sorted({r["name"] for pair in pairs for r in pair if r["name"] not in translations})
@@ -293,7 +329,8 @@ def bleu_difference_table(results: Sequence[dict],
                      difference.ci_high, "yes" if excludes_zero else "no"])
     return Table(["model", "against", "ΔBLEU", "95% CI low", "95% CI high", "CI excludes 0"], rows,
                  f"paired bootstrap over the test sentences, {samples} resamples (Koehn 2004); "
-                 "a CI that includes 0 means this test set cannot tell the two apart")
+                 "a CI that includes 0 means this test set cannot tell the two apart; a λ=0 model "
+                 "is the baseline trained on under the same protocol without a penalty")
 
 
 # ------------------------------------------------------------------ (3) what goes first

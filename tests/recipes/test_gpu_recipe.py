@@ -3,6 +3,7 @@ test set, an encoder-only L0 sweep, the curve, the report) end to end on the toy
 committed subset it publishes: everything the report needs, no checkpoint, no absolute path.
 (The GPU run itself needs a GPU; CI has none.)"""
 import csv
+import gzip
 import json
 import os
 import re
@@ -10,6 +11,8 @@ import subprocess
 import sys
 
 import pytest
+
+from fairseq_heads.report.model_result import parse_generate_output
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "recipes", "multi30k_en_de", "gpu.sh")
@@ -56,6 +59,12 @@ def test_the_committed_subset_holds_the_report_and_no_checkpoint(toy_run):
                  "results/baseline/result.json", *(f"results/enc_l0_{lam}/result.json" for lam in LAMBDAS)):
         assert name in files
     assert (docs / "tables.md").read_text() == (results / "tables.md").read_text()
+    # the translations travel too, as their T- and D- lines: the report renders again from docs
+    with gzip.open(docs / "results" / "baseline" / "generate.txt.gz", "rt") as f:
+        published = f.read()
+    generated = (results / "results" / "baseline" / "generate.txt").read_text()
+    assert published == "".join(line for line in generated.splitlines(True) if line[:2] in ("T-", "D-"))
+    assert parse_generate_output(published)[:2] == parse_generate_output(generated)[:2]
     with open(docs / "stats" / "baseline" / "heads.csv") as f:
         assert "syntactic_best" in next(csv.DictReader(f))  # the parsed test set was used
     for name in files:

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from fairseq_heads.report import tables
+from fairseq_heads.report import layout, tables
 from fairseq_heads.report.build import build_report, load_inputs, write_l0_points
 from fairseq_heads.report.model_result import kept_heads, parse_generate_output, sacrebleu_score
 
@@ -29,11 +29,24 @@ def test_encoder_points_and_nearest_curve_point():
     assert tables.encoder_sweep_points(RESULTS) == [("baseline", 4, 32.0), ("λ=0.1", 3, 30.0), ("λ=1", 1, 20.0)]
     table = tables.encoder_pruning_table(RESULTS, CURVE)
     # lambda 0.1 keeps 3: curve points at 4 and 2 are equally near -> the smaller one (2 kept, 25)
-    assert cells(table, "λ=0.1") == ["λ=0.1", "3/4", 30.0, 25.0, 2]
-    assert cells(table, "λ=1") == ["λ=1", "1/4", 20.0, 12.0, 1]
+    assert cells(table, "λ=0.1") == ["λ=0.1", "quick", "3/4", 30.0, 25.0, 2]
+    assert cells(table, "λ=1") == ["λ=1", "quick", "1/4", 20.0, 12.0, 1]
     assert table.note == ""
     no_curve = tables.encoder_pruning_table(RESULTS, None)
-    assert cells(no_curve, "λ=1")[3:] == [None, None] and "no Michel" in no_curve.note
+    assert cells(no_curve, "λ=1")[4:] == [None, None] and "no Michel" in no_curve.note
+
+
+def test_encoder_table_leads_with_converged_and_labels_the_quick_rows():
+    results = QUICK_RESULTS + [converged("enc_l0_1_conv_s1", "encoder_l0", 21.0, {"enc-self": [[1, 1], [0, 0]]}, 1,
+                                         phases={"l0": {"updates": 500, "converged_at": 500},
+                                                 "fixed_mask": {"updates": 600}})]
+    table = tables.encoder_pruning_table(results, CURVE)
+    assert [row[0] for row in table.rows] == ["baseline", "λ=0.1", "λ=1", "λ=1 (quick protocol)"]
+    assert cells(table, "λ=1") == ["λ=1", "converged, seed 1", "2/4", 21.0, 25.0, 2]
+    assert cells(table, "λ=1 (quick protocol)") == ["λ=1 (quick protocol)", "quick, 150 updates", "1/4", 20.0,
+                                                    12.0, 1]
+    assert cells(table, "λ=0.1")[1] == "quick, 150 updates"  # no converged run at λ=0.1
+    assert "quick protocol" in table.note
 
 
 def test_all_types_table_pairs_from_scratch_with_its_source():
@@ -346,3 +359,22 @@ def test_report_with_converged_results_has_the_fair_comparison_and_the_heads_dyi
     # the heads-dying figure is the slow-gate run's; every traced run is in the open-heads figure
     assert "P(open) of every head over fine-tuning, λ=1, converged, gate lr ×100" in text
     assert os.path.getsize(os.path.join(root, "figures", "open_heads.png")) > 1000
+
+
+def test_l0_models_are_also_compared_with_their_lambda_0_control():
+    control = converged("all_l0_0_conv_s1", "all_l0", 26.0, {}, 1, l0_lambda=0.0, phases={
+        "l0": {"updates": 500, "converged_at": 500}, "fixed_mask": {"updates": 700}})
+    results = CONVERGED_RESULTS + [control]
+    table = tables.bleu_difference_table(results, translations_of(results), [layout.ALL_L0], samples=100)
+    against = {}
+    for row in table.rows:
+        against.setdefault(row[0], []).append(row[1])
+    assert against["all_l0_1_conv_s1"] == ["baseline", "all_l0_0_conv_s1"]
+    assert against["all_l0_1_conv_s2"] == ["baseline", "all_l0_0_conv_s1"]  # no seed-2 control: seed 1's
+    assert against["all_l0_1_conv_s1_glr100"] == ["baseline"]  # other gate lr: no control
+    assert against["all_l0_1"] == ["baseline"]  # quick protocol: no control
+    assert against["all_l0_0_conv_s1"] == ["baseline"]  # the control itself
+    # the control translates every sentence exactly, seed 1 drops words of 6: a loss, CI below 0
+    row = next(r for r in table.rows if r[:2] == ["all_l0_1_conv_s1", "all_l0_0_conv_s1"])
+    assert row[2] < 0 and row[3] <= row[2] <= row[4]
+    assert tables.control_model(control, results) is None
