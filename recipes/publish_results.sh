@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # recipes/publish_results.sh RESULTS DOCS: copy the committed subset of a recipe's results folder
 # (tables, report, figures, result files and translations, head statistics, curves, masks, gate
-# and validation traces, gzipped) to DOCS, with the results folder's absolute paths in heads.json made relative.
+# and validation traces, gzipped) to DOCS, with the results folder's absolute paths in heads.json
+# made relative.
 # Checkpoints, data and logs stay behind. DOCS is written under a temporary name, then renamed.
 set -euo pipefail
 [ $# = 2 ] || { echo "usage: publish_results.sh RESULTS DOCS" >&2; exit 2; }
