@@ -6,7 +6,9 @@ torch 2.6 made `torch.load(weights_only=True)` the default; fairseq checkpoints 
 Namespaces and OmegaConf configs, which that refuses. Upstream fairseq fixed this after its last
 release (passing weights_only=False in checkpoint_utils); we do the same, scoped to fairseq's
 checkpoint module, when the user dir is imported — which every fairseq CLI does for --user-dir
-before it loads a checkpoint.
+before it loads a checkpoint. Data-parallel workers other than rank 0 receive the checkpoint
+state from rank 0 as a pickle (fairseq.distributed.utils.broadcast_object, torch.load of a byte
+buffer), so that module's torch.load gets weights_only=False too.
 
 2. numpy 2 removed `np.compat`; fairseq's TokenBlockDataset (language-model data) still asks for
 `np.compat.long`, which was int64 on the platforms we run on.
@@ -25,6 +27,7 @@ import types
 import numpy as np
 import torch
 from fairseq import checkpoint_utils
+from fairseq.distributed import utils as distributed_utils
 
 
 CHECKPOINT_HEADS = "fairseq_heads_checkpoint_heads"  # attribute of a loaded state["model"]
@@ -53,9 +56,9 @@ def record_checkpoint_heads(state, source: str = "") -> None:
         pass
 
 
-class _TorchLoadingTrustedCheckpoints(types.ModuleType):
+class _TorchLoadingTrustedPickles(types.ModuleType):
     """torch, except that load() defaults to weights_only=False (fairseq checkpoints are pickles
-    the user chose to load, as before torch 2.6)."""
+    the user chose to load, as before torch 2.6; rank 0's broadcasts are those pickles)."""
 
     def __getattr__(self, name):
         return getattr(torch, name)
@@ -63,7 +66,15 @@ class _TorchLoadingTrustedCheckpoints(types.ModuleType):
     @staticmethod
     def load(f, *args, **kwargs):
         kwargs.setdefault("weights_only", False)
-        state = torch.load(f, *args, **kwargs)
+        return torch.load(f, *args, **kwargs)
+
+
+class _TorchLoadingTrustedCheckpoints(_TorchLoadingTrustedPickles):
+    """The same, noting the head counts of each loaded checkpoint (3. above)."""
+
+    @staticmethod
+    def load(f, *args, **kwargs):
+        state = _TorchLoadingTrustedPickles.load(f, *args, **kwargs)
         record_checkpoint_heads(state, getattr(f, "name", f if isinstance(f, str) else ""))
         return state
 
@@ -71,6 +82,8 @@ class _TorchLoadingTrustedCheckpoints(types.ModuleType):
 def patch_fairseq_checkpoint_loading() -> None:
     if not isinstance(checkpoint_utils.torch, _TorchLoadingTrustedCheckpoints):
         checkpoint_utils.torch = _TorchLoadingTrustedCheckpoints("torch")
+    if not isinstance(distributed_utils.torch, _TorchLoadingTrustedPickles):
+        distributed_utils.torch = _TorchLoadingTrustedPickles("torch")
 
 
 def patch_numpy_compat() -> None:

@@ -1,0 +1,67 @@
+"""recipes/multi30k_en_de/converged_plan.sh: the issue-13 runs, as one chain or two side by side.
+
+The runs themselves are CPU hours (recipes/README.md); these tests check the plan's structure
+through DRY_RUN: the two chains together are the whole plan, and no two runs share a model (a
+lambda, seed and gate lr), which two chains writing to one results folder must never do."""
+import os
+import re
+import subprocess
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLAN = os.path.join(REPO, "recipes", "multi30k_en_de", "converged_plan.sh")
+
+
+def plan(chain: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", PLAN], env=dict(os.environ, CHAIN=chain, **env),
+                          capture_output=True, text=True, timeout=60)
+
+
+def dry_run(chain: str) -> list:
+    process = plan(chain, DRY_RUN="1")
+    assert process.returncode == 0, process.stderr
+    return process.stdout.splitlines()
+
+
+def models(line: str) -> set:
+    """The converged models one run.sh call trains (recipes/paper_tables.sh names them)."""
+    settings = dict(re.findall(r"(\w+)=(\S+(?: [0-9.]+)*)", line.removeprefix("run.sh ")))
+    suffix = "" if settings.get("GATE_LR_SCALE", "1000") == "1000" else f"_glr{settings['GATE_LR_SCALE']}"
+    seeds = settings.get("SEEDS", "1").split()
+    scratch = settings.get("SCRATCH_LAMBDAS", "").split()
+    names = {f"enc_l0_{lam}_conv_s1{suffix}" for lam in settings.get("LAMBDAS_ENC", "").split()}
+    for lam in settings.get("LAMBDAS_ALL", "").split():
+        for seed in (seeds if lam in scratch else seeds[:1]):
+            names.add(f"all_l0_{lam}_conv_s{seed}{suffix}")
+            if lam in scratch:
+                names.add(f"scratch_all_l0_{lam}_conv_s{seed}{suffix}")
+    return names
+
+
+def test_the_two_chains_are_the_whole_plan_each_run_once():
+    everything, chain_a, chain_b = dry_run("all"), dry_run("A"), dry_run("B")
+    assert sorted(chain_a + chain_b) == sorted(everything)
+    assert len(set(everything)) == len(everything)
+    # the order of `all` is the priority order: the controls and the heads-dying run first
+    assert everything[:2] == ["run.sh LAMBDAS_ENC=0", "run.sh GATE_LR_SCALE=100 LAMBDAS_ALL=0.02"]
+
+
+def test_no_two_runs_train_the_same_model():
+    seen = {}
+    for line in dry_run("all"):
+        for name in models(line):
+            assert name not in seen, f"{name} in both '{seen.get(name)}' and '{line}'"
+            seen[name] = line
+    # the trained-vs-scratch pairs of item 2: two layouts, two seeds, both sides
+    for lam in ("0.005", "0.02"):
+        for seed in (1, 2):
+            assert {f"all_l0_{lam}_conv_s{seed}", f"scratch_all_l0_{lam}_conv_s{seed}"} <= set(seen)
+
+
+@pytest.mark.parametrize("chain", ["", "C", "a"])
+def test_a_bad_chain_exits_2_with_one_line(chain):
+    process = plan(chain)
+    assert process.returncode == 2
+    assert process.stdout == ""
+    assert process.stderr.count("\n") == 1 and "CHAIN must be" in process.stderr
