@@ -117,11 +117,18 @@ def open_head_count(model) -> Optional[int]:
     return int(sum(int(gate.is_open().sum()) for gate in gates)) if gates else None
 
 
-def stop_training_when(stop_requested) -> None:
-    """Make fairseq-train stop (after saving the checkpoint of that validation) once
-    `stop_requested()` is true. fairseq-train asks `fairseq_cli.train.should_stop_early(cfg,
-    valid_loss)` after every validation, and that is the one function wrapped here: fairseq's
-    own answer (--patience) is still computed first, so both rules apply. Outside fairseq-train
+def wrap_fairseq_stopping(stop_requested, take_earlier_losses) -> None:
+    """fairseq-train asks `fairseq_cli.train.should_stop_early(cfg, valid_loss)` after every
+    validation (its --patience); that one function is wrapped here, for two things:
+
+    - before its first answer in this process, fairseq's rule is fed the valid losses of the
+      validations a resumed run made before its checkpoint (`take_earlier_losses()`, once):
+      fairseq does not keep its patience count in the checkpoint, so a resumed phase would
+      otherwise start counting again and run longer than the same phase run in one go;
+    - once `stop_requested()` is true, training stops (after saving that validation's
+      checkpoint): the plateau rule of --stop-on-plateau.
+
+    fairseq's own answer is still computed first, so both rules apply. Outside fairseq-train
     (fairseq-generate, tests) there is nothing to stop and nothing is changed."""
     # `fairseq-train` loads fairseq_cli.train as such; `python -m fairseq_cli.train` as __main__
     for name in ("fairseq_cli.train", "__main__"):
@@ -133,10 +140,18 @@ def stop_training_when(stop_requested) -> None:
         def should_stop_early(cfg, valid_loss, fairseq_rule=fairseq_rule):
             # fairseq's function keeps its counters as attributes of the module-level name, which
             # is now this wrapper: they live here, consistently, as long as the process runs.
+            if valid_loss is not None and _best_metric(cfg) == "loss":
+                for loss in take_earlier_losses():  # the trace records the loss only
+                    fairseq_rule(cfg, loss)
             return bool(fairseq_rule(cfg, valid_loss)) or (valid_loss is not None and stop_requested())
 
         should_stop_early.fairseq_rule = fairseq_rule
         train.should_stop_early = should_stop_early
+
+
+def _best_metric(cfg) -> str:
+    checkpoint = getattr(cfg, "checkpoint", None)
+    return getattr(checkpoint, "best_checkpoint_metric", "loss") if checkpoint is not None else "loss"
 
 
 def append_gate_trace(model, update_num: int, path: str) -> None:
@@ -165,9 +180,15 @@ class HeadHooksMixin:
         self._trace_trimmed = False
         self.validations: list = []  # this run's Validation records (and a resumed run's before)
         self.converged = None  # the Validation at which --stop-on-plateau fired
+        self._earlier_losses: list = []  # a resumed run's valid losses before its checkpoint
         if options.stop_on_plateau:
             check_rule(options.stop_on_plateau, options.plateau_loss_tolerance)
-            stop_training_when(lambda: self.converged is not None)
+        if options.stop_on_plateau or options.validation_trace:
+            wrap_fairseq_stopping(lambda: self.converged is not None, self._take_earlier_losses)
+
+    def _take_earlier_losses(self) -> list:
+        losses, self._earlier_losses = self._earlier_losses, []
+        return losses
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
@@ -192,6 +213,7 @@ class HeadHooksMixin:
                 # A resumed run: what was validated up to its checkpoint is the rule's memory
                 # (every worker reads it, so that all of them stop together).
                 self.validations = [r for r in read_validations(validation_trace) if r.update <= update_num]
+                self._earlier_losses = [r.loss for r in self.validations]  # for fairseq's --patience
                 if rank == 0:
                     trim_validation_trace(validation_trace, update_num)
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)

@@ -136,3 +136,50 @@ def test_fairseq_patience_still_stops_training_before_any_plateau(tmp_path, monk
     task, fairseq_train, _ = _task(tmp_path, monkeypatch, fairseq_says=True)
     task.post_validate(None, {"loss": 4.0, "num_updates": 5}, None)
     assert task.converged is None and fairseq_train.should_stop_early(None, 4.0)
+
+
+
+def _fairseq_patience(tmp_path, monkeypatch, records, resumed_at, patience):
+    """fairseq's own --patience rule (fairseq_cli.train.should_stop_early, which keeps its count
+    as attributes of the module's function, in the process only) under the task hook of a run
+    with a validation trace holding `records`, (re)started at update `resumed_at`."""
+    import fairseq_cli.train as fairseq_train
+    from fairseq_heads.tasks import head_hooks
+
+    monkeypatch.setattr(fairseq_train, "should_stop_early", fairseq_train.should_stop_early)
+    for attribute in ("best", "num_runs"):
+        monkeypatch.delattr(fairseq_train.should_stop_early, attribute, raising=False)
+
+    class Base:
+        def train_step(self, *args, **kwargs):
+            return "trained"
+
+    class Task(head_hooks.HeadHooksMixin, Base):
+        def __init__(self, cfg):
+            self.cfg = cfg
+            self._init_head_hooks()
+
+    trace = tmp_path / "validations.jsonl"
+    trace.write_text("".join(validation_line(r) for r in records))
+    Task(types.SimpleNamespace(head_mask=None, gate_trace=None, gate_trace_interval=50,
+                               validation_trace=str(trace), stop_on_plateau=None,
+                               plateau_loss_tolerance=0.005)).train_step(None, None, None, None, resumed_at)
+    cfg = types.SimpleNamespace(checkpoint=types.SimpleNamespace(
+        patience=patience, maximize_best_checkpoint_metric=False, best_checkpoint_metric="loss"))
+    return lambda loss: fairseq_train.should_stop_early(cfg, loss)
+
+
+def test_fairseq_patience_counts_across_a_resume_as_in_one_run(tmp_path, monkeypatch):
+    # best at 200, then 300 without improvement; the run was killed after its checkpoint at 300
+    # (400 had been validated too, but is after the checkpoint: it is validated again)
+    records = sequence([(4.0, None), (3.0, None), (3.2, None), (3.1, None)], start=100, step=100)
+    should_stop = _fairseq_patience(tmp_path, monkeypatch, records, resumed_at=300, patience=3)
+    # 400 and 500: the second and third validations without improvement since 200 - stop at
+    # 500, as one uninterrupted run would have (a fresh count would go on to 700)
+    assert [should_stop(loss) for loss in (3.05, 3.01)] == [False, True]
+
+
+def test_a_fresh_run_starts_its_patience_count_empty(tmp_path, monkeypatch):
+    records = [Validation(100, 1.0, None)]  # another run's record, after this run's update 0
+    should_stop = _fairseq_patience(tmp_path, monkeypatch, records, resumed_at=0, patience=1)
+    assert [should_stop(loss) for loss in (3.0, 3.5)] == [False, True]

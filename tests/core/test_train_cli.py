@@ -198,6 +198,26 @@ def test_resuming_from_an_earlier_checkpoint_drops_the_trace_records_after_it(pl
     assert [json.loads(line)["update"] for line in validations.read_text().splitlines()] == validated
 
 
+def test_patience_counts_across_a_resumed_run(plain_checkpoint, toy_data_bin, tmp_path):
+    """fairseq keeps its --patience count in the process only; the hook feeds a resumed run the
+    validations before its checkpoint, so it stops where one uninterrupted run would. At lr 0
+    every validation has the same loss: the best is the first, and with --patience 3 the run
+    stops at the fourth validation, whether or not it was cut in between."""
+    validations = tmp_path / "validations.jsonl"
+    options = ["--arch", "transformer", "--finetune-from-model", str(plain_checkpoint),
+               "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+               "--optimizer", "adam", "--lr", "0", "--lr-scheduler", "fixed",
+               "--validate-interval-updates", "1", "--save-interval-updates", "1",
+               "--validate-interval", "1000", "--keep-interval-updates", "1", "--max-valid-steps", "1",
+               "--patience", "3", "--validation-trace", str(validations)]
+    check(run_cli(train_args(toy_data_bin.data_bin, tmp_path, *options, "--max-update", "2")))
+    resumed = check(run_cli(train_args(toy_data_bin.data_bin, tmp_path, *options, "--max-update", "20")))
+    assert "early stop" in resumed.stdout + resumed.stderr
+    records = [json.loads(line) for line in validations.read_text().splitlines()]
+    assert [r["update"] for r in records] == [1, 2, 3, 4]
+    assert len({r["loss"] for r in records}) == 1
+
+
 def test_finetuning_from_a_plain_checkpoint_with_other_head_counts_is_refused(plain_checkpoint, toy_data_bin,
                                                                               tmp_path):
     process = finetune(toy_data_bin.data_bin, tmp_path, plain_checkpoint, 0.0, 2,
