@@ -28,6 +28,9 @@ class Inputs(NamedTuple):
     traces: Dict[str, str]  # model name -> gate-trace path
     results_dir: str
     translations: Dict[str, Tuple[List[str], List[str]]]  # model name -> (hypotheses, references)
+    # converged models with a finished L0 phase but no result file yet: their settings (from
+    # the name, layout.converged_model_settings) and phase "l0"; traces has their L0 trace
+    l0_phases: List[dict] = []
 
 
 class Section(NamedTuple):
@@ -90,11 +93,39 @@ def load_inputs(results_dir: str) -> Inputs:
                 except ResultError as error:
                     raise ResultError(f"{generated}: {error}") from None
             translations[result["name"]] = (hypotheses, references)
+    l0_phases = unfinished_l0_phases(results_dir, results)
+    for phase in l0_phases:
+        traces[phase["name"]] = phase.pop("trace")
     return Inputs(results,
                   read_csv_rows(heads_csv) if os.path.isfile(heads_csv) else None,
                   agreement,
                   read_csv(curve_csv) if os.path.isfile(curve_csv) else None,
-                  traces, results_dir, translations)
+                  traces, results_dir, translations, l0_phases)
+
+
+def unfinished_l0_phases(results_dir: str, results: List[dict]) -> List[dict]:
+    """The finished L0 phases (models/<model>_l0/, not a step's .partial folder) of converged
+    models that have no result file yet, with their gate traces ("trace"): the heads-dying
+    figure need not wait for the fixed-mask phase and BLEU. A name without _glr<scale> was
+    trained at the recipe's default scale, which the converged result files of such names
+    record (the most common one; None if there are none)."""
+    named = {r["name"] for r in results}
+    default_scales = [r.get("gate_lr_scale") for r in results
+                      if layout.protocol_of(r) == layout.CONVERGED and "_glr" not in r["name"]
+                      and r.get("gate_lr_scale") is not None]
+    default_scale = max(set(default_scales), key=default_scales.count) if default_scales else None
+    phases = []
+    pattern = os.path.join(results_dir, layout.MODELS, "*" + layout.L0_PHASE_SUFFIX)
+    for folder in sorted(glob.glob(pattern)):
+        name = os.path.basename(folder)[:-len(layout.L0_PHASE_SUFFIX)]
+        settings = layout.converged_model_settings(name)
+        trace = archived_copy(os.path.join(folder, layout.GATE_TRACE))
+        if settings is None or name in named or trace is None:
+            continue
+        if settings["gate_lr_scale"] is None:
+            settings["gate_lr_scale"] = default_scale
+        phases.append(dict(settings, phase="l0", trace=trace))
+    return phases
 
 
 def write_l0_points(results_dir: str, out: str) -> int:
@@ -182,7 +213,8 @@ def _agreement_section(inputs: Inputs, draw: Callable) -> Section:
 
 
 def _trace_section(inputs: Inputs, draw: Callable, trace_lambda: Optional[float]) -> Section:
-    traced = [r for r in tables.by_kind(inputs.results, layout.ALL_L0) if r["name"] in inputs.traces]
+    traced = [r for r in tables.by_kind(list(inputs.results) + list(inputs.l0_phases), layout.ALL_L0)
+              if r["name"] in inputs.traces]
     candidates = traced
     if trace_lambda is not None:
         candidates = [r for r in candidates if r["l0_lambda"] == trace_lambda]

@@ -5,11 +5,16 @@
                                   generate.txt.gz, e.g. only its T- and D- lines, for archiving)
     models/<model>/gate_trace.jsonl   per-head gates over fine-tuning (the `--gate-trace` file;
                                   or gate_trace.jsonl.gz)
+    models/<model>_l0/gate_trace.jsonl   the converged protocol's L0 phase of <model>: drawn
+                                  while <model> has no result file yet (its fixed-mask phase or
+                                  BLEU still to come); <model> names its settings (below)
     stats/baseline/heads.csv, agreement.json   `fairseq-heads stats` of the baseline
     curve/curve.csv               `fairseq-heads curve` of the baseline (encoder heads)
     tables.md, report.html, figures/*.png   written by `fairseq-heads report`
 """
 import os
+import re
+from typing import Optional
 
 RESULTS = "results"
 RESULT_FILE = "result.json"
@@ -40,3 +45,28 @@ PROTOCOLS = (QUICK, CONVERGED)
 
 def protocol_of(result: dict) -> str:
     return result.get("protocol") or QUICK
+
+
+# ------------------------------------------------------------------ converged models by name
+# recipes/paper_tables.sh names a PROTOCOL=converged model <enc|all>_l0_<λ>_conv_s<seed>, plus
+# _glr<scale> when its gate lr scale is not the recipe's default; its L0 phase is <model>_l0.
+L0_PHASE_SUFFIX = "_l0"
+_CONVERGED_NAME = re.compile(r"^(?P<side>enc|all)_l0_(?P<l0_lambda>[0-9.eE+-]+)_conv_s(?P<seed>[0-9]+)"
+                             r"(?:_glr(?P<gate_lr_scale>[0-9.eE+-]+))?$")
+
+
+def converged_model_settings(name: str) -> Optional[dict]:
+    """The settings a converged model's name records: {"name", "kind", "l0_lambda", "seed",
+    "protocol", "gate_lr_scale"} (scale None: the recipe's default, which the name leaves out),
+    or None for a name the recipes do not give a converged L0 model."""
+    match = _CONVERGED_NAME.match(name)
+    if match is None:
+        return None
+    try:
+        l0_lambda = float(match["l0_lambda"])
+        scale = None if match["gate_lr_scale"] is None else float(match["gate_lr_scale"])
+    except ValueError:
+        return None
+    return {"name": name, "kind": ENCODER_L0 if match["side"] == "enc" else ALL_L0,
+            "l0_lambda": l0_lambda, "seed": int(match["seed"]), "protocol": CONVERGED,
+            "gate_lr_scale": scale}

@@ -489,9 +489,12 @@ def open_heads_series(trace: Sequence[dict]) -> Tuple[List[int], Dict[str, List[
 
 
 def trace_label(result: dict) -> str:
+    """λ, protocol and gate lr of a traced run; "L0 phase" for one whose model has no result
+    file yet (build.unfinished_l0_phases)."""
     scale = result.get("gate_lr_scale")
     return (f"λ={format_lambda(result['l0_lambda'])}, {protocol_of(result)}"
-            + (f", gate lr ×{scale:g}" if scale is not None else ""))
+            + (f", gate lr ×{scale:g}" if scale is not None else "")
+            + (", L0 phase (no BLEU yet)" if result.get("phase") == "l0" else ""))
 
 
 def trace_summary(series) -> Table:

@@ -378,3 +378,41 @@ def test_l0_models_are_also_compared_with_their_lambda_0_control():
     row = next(r for r in table.rows if r[:2] == ["all_l0_1_conv_s1", "all_l0_0_conv_s1"])
     assert row[2] < 0 and row[3] <= row[2] <= row[4]
     assert tables.control_model(control, results) is None
+
+
+def test_converged_names_give_their_settings():
+    assert layout.converged_model_settings("all_l0_0.02_conv_s2_glr100") == {
+        "name": "all_l0_0.02_conv_s2_glr100", "kind": "all_l0", "l0_lambda": 0.02, "seed": 2,
+        "protocol": "converged", "gate_lr_scale": 100.0}
+    assert layout.converged_model_settings("enc_l0_0_conv_s1")["kind"] == "encoder_l0"
+    assert layout.converged_model_settings("enc_l0_0_conv_s1")["gate_lr_scale"] is None
+    for name in ("all_l0_0.02", "scratch_all_l0_0.02_conv_s1", "all_l0_x_conv_s1", "all_l0_0.02_conv_s1_l0"):
+        assert layout.converged_model_settings(name) is None
+
+
+def test_an_l0_phase_without_a_result_yet_is_drawn_in_the_heads_dying_figure(tmp_path):
+    """A converged run whose L0 phase has finished but whose fixed-mask phase and BLEU have not:
+    its trace (models/<model>_l0/) is in section 6, labelled as such, its gate lr from its name;
+    a step still running (.partial) and a phase whose model has a result are not read there."""
+    root = str(tmp_path / "phases")
+    write_results_dir(root, results=CONVERGED_RESULTS)
+    folders = {"all_l0_0.5_conv_s1_glr10_l0": trace_records(),          # the slowest gates: chosen
+               "all_l0_2_conv_s1_l0": trace_records(),                  # the recipe's default scale
+               "all_l0_0.1_conv_s1_glr1_l0.partial": trace_records(),   # still running: ignored
+               "all_l0_1_conv_s1_l0": trace_records()[:1]}              # has a result: its own trace
+    for folder, records in folders.items():
+        os.makedirs(os.path.join(root, "models", folder))
+        with open(os.path.join(root, "models", folder, "gate_trace.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+    from fairseq_heads.report.build import load_inputs
+
+    inputs = load_inputs(root)
+    assert [(p["name"], p["gate_lr_scale"], p["phase"]) for p in inputs.l0_phases] == [
+        ("all_l0_0.5_conv_s1_glr10", 10.0, "l0"), ("all_l0_2_conv_s1", 1000, "l0")]
+    assert "all_l0_1_conv_s1" not in inputs.traces  # its result's trace (models/<model>/) is absent
+    build_report(root)
+    text = open(os.path.join(root, "tables.md")).read()
+    assert ("P(open) of every head over fine-tuning, λ=0.5, converged, gate lr ×10, "
+            "L0 phase (no BLEU yet)") in text
+    # L0 phases are not models with results: no table before the traces has them
+    assert "λ=0.5" not in text.split("## 6.")[0] and "| 0.5 |" not in text.split("## 6.")[0]
