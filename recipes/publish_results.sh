@@ -1,18 +1,34 @@
 #!/usr/bin/env bash
-# recipes/publish_results.sh RESULTS DOCS: copy the committed subset of a recipe's results folder
-# (tables, report, figures, result files and translations, head statistics, curves, masks, gate
-# and validation traces, gzipped) to DOCS, with the results folder's absolute paths in heads.json
-# made relative.
+# recipes/publish_results.sh [--merge] RESULTS DOCS: copy the committed subset of a recipe's results
+# folder (tables, report, figures, result files and translations, head statistics, curves,
+# masks, gate and validation traces, gzipped) to DOCS, with the results folder's absolute paths
+# in heads.json made relative.
 # Checkpoints, data and logs stay behind. DOCS is written under a temporary name, then renamed.
+#
+# --merge: DOCS keeps what it holds (its README, the results of earlier sessions) and the files
+# of RESULTS are added to it or replace their namesakes; RESULTS needs no report, and none is
+# copied: render it on the merged folder afterwards (`fairseq-heads report DOCS`). For a plan
+# spread over sessions whose results folders may not outlive them (multi30k_en_de/converged_plan.sh).
 set -euo pipefail
-[ $# = 2 ] || { echo "usage: publish_results.sh RESULTS DOCS" >&2; exit 2; }
+merge=no
+[ "${1:-}" != --merge ] || { merge=yes; shift; }
+[ $# = 2 ] || { echo "usage: publish_results.sh [--merge] RESULTS DOCS" >&2; exit 2; }
 src=$(readlink -f "$1") dst=$(readlink -m "$2")
-[ -f "$src/tables.md" ] || { echo "publish_results.sh: $src/tables.md missing (run the report first)" >&2; exit 2; }
+[ -d "$src" ] || { echo "publish_results.sh: $src is not a folder" >&2; exit 2; }
+[ "$merge" = yes ] || [ -f "$src/tables.md" ] ||
+  { echo "publish_results.sh: $src/tables.md missing (run the report first)" >&2; exit 2; }
 tmp=$dst.partial
 rm -rf "$tmp"
-mkdir -p "$tmp"
+if [ "$merge" = yes ] && [ -d "$dst" ]; then
+  cp -a "$dst" "$tmp"
+else
+  mkdir -p "$tmp"
+fi
+report_files="tables.md report.html figures/*.png"
+[ "$merge" = no ] || report_files=""
 cd "$src"
-for f in tables.md report.html figures/*.png results/*/result.json stats/*/heads.csv \
+# shellcheck disable=SC2086  # report_files is a list of globs
+for f in $report_files results/*/result.json stats/*/heads.csv \
   stats/*/heads.json stats/*/agreement.json curve/curve.csv curves/*/curve.csv \
   masks/*/head_mask.json; do
   [ -e "$f" ] || continue

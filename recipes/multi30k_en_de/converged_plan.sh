@@ -9,7 +9,9 @@
 #   # or two chains side by side, one thread each:
 #   CHAIN=A nohup recipes/multi30k_en_de/converged_plan.sh > A.log 2>&1 &
 #   CHAIN=B nohup recipes/multi30k_en_de/converged_plan.sh > B.log 2>&1 &
-#   fairseq-heads report "$RESULTS"                          # any time, from what has finished
+#   # what has finished, into the published folder (which keeps earlier sessions' results):
+#   recipes/publish_results.sh --merge "$RESULTS" docs/results/multi30k_en_de_converged
+#   fairseq-heads report docs/results/multi30k_en_de_converged
 #
 # Which: on 2 cores one 2-thread run takes ~1.1-1.5 s per update, two 1-thread chains ~2 s per
 # update each (benchmarks/results/train_parallel_cpu.json). The chains do ~15-30% more updates
@@ -30,7 +32,9 @@
 #
 # Environment: CHAIN (prepare|all|A|B), RESULTS (default work/recipes/multi30k_en_de_converged),
 # BASELINE (default ../shared/models/multi30k_en_de_6x8), DATA, THREADS (default: 2 for
-# prepare and all, 1 for A and B), DRY_RUN (set: print each run's settings, run nothing).
+# prepare and all, 1 for A and B), PUBLISHED (default docs/results/multi30k_en_de_converged:
+# runs whose results are there are skipped), DRY_RUN (set: print each run's settings and
+# models, run nothing).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -38,10 +42,21 @@ RUN=$HERE/run.sh
 export RESULTS=${RESULTS:-$REPO/work/recipes/multi30k_en_de_converged}
 export BASELINE=${BASELINE:-$REPO/../shared/models/multi30k_en_de_6x8}
 export PROTOCOL=converged ANALYSIS=no
+PUBLISHED=${PUBLISHED:-$REPO/docs/results/multi30k_en_de_converged}
 
-run() {  # VAR=value ... settings of one run.sh call (unset sweeps are empty: skipped)
+run() {  # MODELS VAR=value ...: the models one run.sh call trains (space-separated) and its
+  # settings (unset sweeps are empty: skipped). A run whose every model has its result published
+  # in PUBLISHED (a results folder of an earlier session) is skipped: a later session need not
+  # redo it when RESULTS did not outlive the session that made it.
+  local models=$1 model published=yes
+  shift
+  for model in $models; do
+    [ -f "$PUBLISHED/results/$model/result.json" ] || published=no
+  done
   if [ -n "${DRY_RUN:-}" ]; then
-    echo "run.sh $*"
+    echo "run.sh $* -> $models$([ "$published" = no ] || echo " (published: skip)")"
+  elif [ "$published" = yes ]; then
+    echo "skip run.sh $* (published in $PUBLISHED: $models)"
   else
     env LAMBDAS_ENC= LAMBDAS_ALL= SCRATCH_LAMBDAS= SEEDS=1 "$@" "$RUN"
   fi
@@ -49,14 +64,14 @@ run() {  # VAR=value ... settings of one run.sh call (unset sweeps are empty: sk
 
 plan_run() {  # $1: the run's number in the list above
   case $1 in
-  1) run LAMBDAS_ENC=0 ;;
-  2) run GATE_LR_SCALE=100 LAMBDAS_ALL=0.02 ;;
-  3) run LAMBDAS_ALL=0.02 SCRATCH_LAMBDAS=0.02 SEEDS=1 ;;
-  4) run LAMBDAS_ALL=0 ;;
-  5) run LAMBDAS_ENC="0.01 0.02 0.05" ;;
-  6) run LAMBDAS_ALL=0.005 SCRATCH_LAMBDAS=0.005 SEEDS=1 ;;
-  7) run LAMBDAS_ALL=0.02 SCRATCH_LAMBDAS=0.02 SEEDS=2 ;;
-  8) run LAMBDAS_ALL=0.005 SCRATCH_LAMBDAS=0.005 SEEDS=2 ;;
+  1) run "enc_l0_0_conv_s1" LAMBDAS_ENC=0 ;;
+  2) run "all_l0_0.02_conv_s1_glr100" GATE_LR_SCALE=100 LAMBDAS_ALL=0.02 ;;
+  3) run "all_l0_0.02_conv_s1 scratch_all_l0_0.02_conv_s1" LAMBDAS_ALL=0.02 SCRATCH_LAMBDAS=0.02 SEEDS=1 ;;
+  4) run "all_l0_0_conv_s1" LAMBDAS_ALL=0 ;;
+  5) run "enc_l0_0.01_conv_s1 enc_l0_0.02_conv_s1 enc_l0_0.05_conv_s1" LAMBDAS_ENC="0.01 0.02 0.05" ;;
+  6) run "all_l0_0.005_conv_s1 scratch_all_l0_0.005_conv_s1" LAMBDAS_ALL=0.005 SCRATCH_LAMBDAS=0.005 SEEDS=1 ;;
+  7) run "all_l0_0.02_conv_s2 scratch_all_l0_0.02_conv_s2" LAMBDAS_ALL=0.02 SCRATCH_LAMBDAS=0.02 SEEDS=2 ;;
+  8) run "all_l0_0.005_conv_s2 scratch_all_l0_0.005_conv_s2" LAMBDAS_ALL=0.005 SCRATCH_LAMBDAS=0.005 SEEDS=2 ;;
   esac
 }
 

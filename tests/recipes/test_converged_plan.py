@@ -18,14 +18,15 @@ def plan(chain: str, **env) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
-def dry_run(chain: str) -> list:
-    process = plan(chain, DRY_RUN="1")
+def dry_run(chain: str, published="/nonexistent") -> list:
+    """Each run as (its settings, "run.sh VAR=value ...", and the models it names)."""
+    process = plan(chain, DRY_RUN="1", PUBLISHED=str(published))
     assert process.returncode == 0, process.stderr
-    return process.stdout.splitlines()
+    return [tuple(line.split(" -> ")) for line in process.stdout.splitlines()]
 
 
 def models(line: str) -> set:
-    """The converged models one run.sh call trains (recipes/paper_tables.sh names them)."""
+    """The converged models one run.sh call trains, as recipes/paper_tables.sh names them."""
     settings = dict(re.findall(r"(\w+)=(\S+(?: [0-9.]+)*)", line.removeprefix("run.sh ")))
     suffix = "" if settings.get("GATE_LR_SCALE", "1000") == "1000" else f"_glr{settings['GATE_LR_SCALE']}"
     seeds = settings.get("SEEDS", "1").split()
@@ -44,12 +45,26 @@ def test_the_two_chains_are_the_whole_plan_each_run_once():
     assert sorted(chain_a + chain_b) == sorted(everything)
     assert len(set(everything)) == len(everything)
     # the order of `all` is the priority order: the controls and the heads-dying run first
-    assert everything[:2] == ["run.sh LAMBDAS_ENC=0", "run.sh GATE_LR_SCALE=100 LAMBDAS_ALL=0.02"]
+    assert [line for line, _ in everything[:2]] == ["run.sh LAMBDAS_ENC=0",
+                                                     "run.sh GATE_LR_SCALE=100 LAMBDAS_ALL=0.02"]
+
+
+def test_each_run_names_the_models_the_recipe_trains():
+    for line, named in dry_run("all"):
+        assert set(named.split()) == models(line), line
+
+
+def test_a_run_whose_results_are_all_published_is_skipped(tmp_path):
+    for model in ("enc_l0_0_conv_s1", "all_l0_0.02_conv_s1"):  # run 1 whole, run 3 half
+        (tmp_path / "results" / model).mkdir(parents=True)
+        (tmp_path / "results" / model / "result.json").write_text("{}")
+    skipped = [line for line, named in dry_run("all", tmp_path) if named.endswith("(published: skip)")]
+    assert skipped == ["run.sh LAMBDAS_ENC=0"]
 
 
 def test_no_two_runs_train_the_same_model():
     seen = {}
-    for line in dry_run("all"):
+    for line, _ in dry_run("all"):
         for name in models(line):
             assert name not in seen, f"{name} in both '{seen.get(name)}' and '{line}'"
             seen[name] = line

@@ -1,0 +1,67 @@
+"""recipes/publish_results.sh on hand-made results folders: what is copied, what stays behind,
+and --merge, which adds a session's results to a published folder instead of replacing it."""
+import gzip
+import json
+import os
+import subprocess
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PUBLISH = os.path.join(REPO, "recipes", "publish_results.sh")
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def publish(*args):
+    return subprocess.run(["bash", PUBLISH, *map(str, args)], capture_output=True, text=True, timeout=60)
+
+
+def a_session(root):
+    """A results folder of one session: model b finished, c still running, checkpoints, logs."""
+    write(f"{root}/results/b/result.json", json.dumps({"name": "b", "bleu": 30.0}))
+    write(f"{root}/results/b/generate.txt", "S-0\tsrc\nT-0\tref\nH-0\t-0.1\thyp\nD-0\t-0.1\thyp\n")
+    write(f"{root}/models/b/gate_trace.jsonl", '{"update": 0, "heads": []}\n')
+    write(f"{root}/models/b/checkpoint.pt", "weights")
+    write(f"{root}/models/c.partial/gate_trace.jsonl", '{"update": 0, "heads": []}\n')
+    write(f"{root}/logs/b.log", "log")
+    return root
+
+
+def files(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
+
+
+def test_merge_adds_a_sessions_results_to_the_published_ones(tmp_path):
+    docs = tmp_path / "docs"
+    write(f"{docs}/README.md", "what was run")
+    write(f"{docs}/results/a/result.json", json.dumps({"name": "a", "bleu": 31.0}))  # an earlier session's
+    write(f"{docs}/results/b/result.json", json.dumps({"name": "b", "bleu": 1.0}))   # replaced
+    process = publish("--merge", a_session(tmp_path / "results"), docs)
+    assert process.returncode == 0, process.stderr
+    assert files(docs) == ["README.md", "models/b/gate_trace.jsonl.gz", "results/a/result.json",
+                           "results/b/generate.txt.gz", "results/b/result.json"]
+    assert json.loads((docs / "results/b/result.json").read_text())["bleu"] == 30.0
+    with gzip.open(docs / "results/b/generate.txt.gz", "rt") as f:
+        assert f.read() == "T-0\tref\nD-0\t-0.1\thyp\n"  # what the report's bootstrap reads
+    assert not os.path.exists(str(docs) + ".partial")
+
+
+def test_merge_into_a_new_folder_and_without_merge_the_folder_is_replaced(tmp_path):
+    session = a_session(tmp_path / "results")
+    assert publish("--merge", session, tmp_path / "new").returncode == 0
+    assert "results/b/result.json" in files(tmp_path / "new")
+    write(f"{session}/tables.md", "tables")
+    write(f"{tmp_path}/docs/README.md", "what was run")
+    assert publish(session, tmp_path / "docs").returncode == 0
+    assert files(tmp_path / "docs") == ["models/b/gate_trace.jsonl.gz", "results/b/generate.txt.gz",
+                                        "results/b/result.json", "tables.md"]
+
+
+def test_bad_arguments_exit_2_with_one_line_and_write_nothing(tmp_path):
+    for args in ([], ["--merge", tmp_path / "missing", tmp_path / "docs"], ["--merge", tmp_path]):
+        process = publish(*args)
+        assert process.returncode == 2 and process.stderr.count("\n") == 1, (args, process.stderr)
+    assert os.listdir(tmp_path) == []
