@@ -33,6 +33,9 @@
 #                         (SPM_MODEL) and dictionaries, and the statistics run on it instead
 #   CURVE_METRIC, CURVE_STEPS, CURVE_ARGS    `fairseq-heads curve` over the encoder heads
 #   DEVICE_ARGS           --cpu, or empty on a GPU machine
+#   PUBLISHED             (optional) a published results folder (recipes/publish_results.sh) of
+#                         earlier sessions: a converged model whose result and mask are there is
+#                         not trained again; its from-scratch side uses that mask
 #   ANALYSIS              yes (default) or no: with no, only the training and BLEU steps run, not
 #                         pud/stats/curve/report - for several sweeps side by side on one RESULTS
 #                         (each its own lambdas or seeds; a last run with yes writes the report)
@@ -63,6 +66,7 @@ PYTHON=${PYTHON:-python}
 PROTOCOL=${PROTOCOL:-${DEFAULT_PROTOCOL:-converged}}
 SEEDS=${SEEDS-1}
 ANALYSIS=${ANALYSIS:-yes}
+PUBLISHED=${PUBLISHED:-}
 GATE_LR_SCALE=${GATE_LR_SCALE:-$DEFAULT_GATE_LR_SCALE}
 BASELINE_SCHEDULE_ARGS=${BASELINE_SCHEDULE_ARGS:-$BASELINE_TRAIN_ARGS}
 
@@ -264,19 +268,19 @@ converged_pruning() {  # $1 enc|all, $2 lambda, $3 seed, $4 yes: also from scrat
   local rule="$VALIDATE_UPDATES $PLATEAU_VALIDATIONS $PLATEAU_LOSS_TOLERANCE"
   local result="--protocol converged --seed $3 --plateau-validations $PLATEAU_VALIDATIONS
     --plateau-loss-tolerance $PLATEAU_LOSS_TOLERANCE"
-  run_resumable_step "$l0" "$RESULTS/models/$l0" \
-    "$SIZE_ARGS $TRAIN_ARGS $FINETUNE_OPTIMIZER_ARGS $rule $L0_MAX_UPDATES $GATE_TRACE_INTERVAL $EXTRA_TRAIN" \
-    step_l0_until_plateau "$types" "$2" "$extra" "$3"
-  run_step "mask_$name" "$RESULTS/masks/$name" "mask" step_mask "$l0"
-  run_resumable_step "$name" "$RESULTS/models/$name" \
-    "$SIZE_ARGS $TRAIN_ARGS $FINETUNE_OPTIMIZER_ARGS $rule $PATIENCE $FIXED_MASK_MAX_UPDATES $EXTRA_TRAIN" \
-    step_fixed_mask_finetune "$l0" "$mask" "$types" "$extra" "$3"
-  # shellcheck disable=SC2086
-  run_step "bleu_$name" "$RESULTS/results/$name" "$GEN_SUBSET $GEN_ARGS $EXTRA_GENERATE" \
-    step_bleu "$name" "$kind" "$2" "" "$mask" $result \
-    --phase "l0=$RESULTS/models/$name/validations_l0.jsonl" \
-    --phase "fixed_mask=$RESULTS/models/$name/validations.jsonl"
+  if [ -n "$PUBLISHED" ] && [ -f "$PUBLISHED/results/$name/result.json" ] &&
+    [ -f "$PUBLISHED/masks/$name/head_mask.json" ]; then
+    # trained and scored by an earlier session: only its from-scratch side is left to run
+    echo "skip $name (published in $PUBLISHED)"
+    mask=$PUBLISHED/masks/$name/head_mask.json
+  else
+    converged_trained_side "$name" "$kind" "$types" "$extra" "$2" "$3" "$l0" "$mask" "$rule" "$result"
+  fi
   [ "$4" = yes ] || return 0
+  if [ -n "$PUBLISHED" ] && [ -f "$PUBLISHED/results/scratch_$name/result.json" ]; then
+    echo "skip scratch_$name (published in $PUBLISHED)"
+    return 0
+  fi
   run_resumable_step "scratch_$name" "$RESULTS/models/scratch_$name" \
     "$SIZE_ARGS $TRAIN_ARGS $BASELINE_SCHEDULE_ARGS $VALIDATE_UPDATES $PATIENCE $SCRATCH_MAX_UPDATES $EXTRA_TRAIN" \
     step_from_scratch_until_patience "$mask" "$3"
@@ -284,6 +288,23 @@ converged_pruning() {  # $1 enc|all, $2 lambda, $3 seed, $4 yes: also from scrat
   run_step "bleu_scratch_$name" "$RESULTS/results/scratch_$name" "$GEN_SUBSET $GEN_ARGS $EXTRA_GENERATE" \
     step_bleu "scratch_$name" from_scratch "$2" "$name" "$mask" --protocol converged --seed "$3" \
     --phase "from_scratch=$RESULTS/models/scratch_$name/validations.jsonl"
+}
+
+converged_trained_side() {  # $1 name, $2 kind, $3 types, $4 extra, $5 lambda, $6 seed, $7 L0 step,
+  # $8 mask file, $9 rule key, $10 result options: L0 phase, mask, fixed-mask phase, BLEU
+  local name=$1 kind=$2 types=$3 extra=$4 l0=$7 mask=$8 rule=$9 result=${10}
+  run_resumable_step "$l0" "$RESULTS/models/$l0" \
+    "$SIZE_ARGS $TRAIN_ARGS $FINETUNE_OPTIMIZER_ARGS $rule $L0_MAX_UPDATES $GATE_TRACE_INTERVAL $EXTRA_TRAIN" \
+    step_l0_until_plateau "$types" "$5" "$extra" "$6"
+  run_step "mask_$name" "$RESULTS/masks/$name" "mask" step_mask "$l0"
+  run_resumable_step "$name" "$RESULTS/models/$name" \
+    "$SIZE_ARGS $TRAIN_ARGS $FINETUNE_OPTIMIZER_ARGS $rule $PATIENCE $FIXED_MASK_MAX_UPDATES $EXTRA_TRAIN" \
+    step_fixed_mask_finetune "$l0" "$mask" "$types" "$extra" "$6"
+  # shellcheck disable=SC2086
+  run_step "bleu_$name" "$RESULTS/results/$name" "$GEN_SUBSET $GEN_ARGS $EXTRA_GENERATE" \
+    step_bleu "$name" "$kind" "$5" "" "$mask" $result \
+    --phase "l0=$RESULTS/models/$name/validations_l0.jsonl" \
+    --phase "fixed_mask=$RESULTS/models/$name/validations.jsonl"
 }
 
 for lambda in $LAMBDAS_ENC; do

@@ -33,8 +33,8 @@
 # Environment: CHAIN (prepare|all|A|B), RESULTS (default work/recipes/multi30k_en_de_converged),
 # BASELINE (default ../shared/models/multi30k_en_de_6x8), DATA, THREADS (default: 2 for
 # prepare and all, 1 for A and B), PUBLISHED (default docs/results/multi30k_en_de_converged:
-# runs whose results are there are skipped), DRY_RUN (set: print each run's settings and
-# models, run nothing).
+# models whose results are there are not trained again), DRY_RUN (set: print each run's
+# settings, its models and which of them are published; run nothing).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -42,21 +42,19 @@ RUN=$HERE/run.sh
 export RESULTS=${RESULTS:-$REPO/work/recipes/multi30k_en_de_converged}
 export BASELINE=${BASELINE:-$REPO/../shared/models/multi30k_en_de_6x8}
 export PROTOCOL=converged ANALYSIS=no
-PUBLISHED=${PUBLISHED:-$REPO/docs/results/multi30k_en_de_converged}
+export PUBLISHED=${PUBLISHED:-$REPO/docs/results/multi30k_en_de_converged}
 
 run() {  # MODELS VAR=value ...: the models one run.sh call trains (space-separated) and its
-  # settings (unset sweeps are empty: skipped). A run whose every model has its result published
-  # in PUBLISHED (a results folder of an earlier session) is skipped: a later session need not
+  # settings (unset sweeps are empty: skipped). run.sh skips a model whose result is published
+  # in PUBLISHED (its from-scratch side uses the published mask), so a later session need not
   # redo it when RESULTS did not outlive the session that made it.
-  local models=$1 model published=yes
+  local models=$1 model published=""
   shift
-  for model in $models; do
-    [ -f "$PUBLISHED/results/$model/result.json" ] || published=no
-  done
   if [ -n "${DRY_RUN:-}" ]; then
-    echo "run.sh $* -> $models$([ "$published" = no ] || echo " (published: skip)")"
-  elif [ "$published" = yes ]; then
-    echo "skip run.sh $* (published in $PUBLISHED: $models)"
+    for model in $models; do
+      [ ! -f "$PUBLISHED/results/$model/result.json" ] || published+=" $model"
+    done
+    echo "run.sh $* -> $models${published:+ (published:$published)}"
   else
     env LAMBDAS_ENC= LAMBDAS_ALL= SCRATCH_LAMBDAS= SEEDS=1 "$@" "$RUN"
   fi

@@ -51,15 +51,17 @@ def test_the_two_chains_are_the_whole_plan_each_run_once():
 
 def test_each_run_names_the_models_the_recipe_trains():
     for line, named in dry_run("all"):
-        assert set(named.split()) == models(line), line
+        assert set(named.split()) == models(line), line  # nothing published in /nonexistent
 
 
-def test_a_run_whose_results_are_all_published_is_skipped(tmp_path):
-    for model in ("enc_l0_0_conv_s1", "all_l0_0.02_conv_s1"):  # run 1 whole, run 3 half
+def test_the_dry_run_says_which_models_are_published(tmp_path):
+    for model in ("enc_l0_0_conv_s1", "all_l0_0.02_conv_s1"):
         (tmp_path / "results" / model).mkdir(parents=True)
         (tmp_path / "results" / model / "result.json").write_text("{}")
-    skipped = [line for line, named in dry_run("all", tmp_path) if named.endswith("(published: skip)")]
-    assert skipped == ["run.sh LAMBDAS_ENC=0"]
+    published = {line: named.partition(" (published: ")[2] for line, named in dry_run("all", tmp_path)}
+    assert published["run.sh LAMBDAS_ENC=0"] == "enc_l0_0_conv_s1)"
+    assert published["run.sh LAMBDAS_ALL=0.02 SCRATCH_LAMBDAS=0.02 SEEDS=1"] == "all_l0_0.02_conv_s1)"
+    assert sum(map(bool, published.values())) == 2
 
 
 def test_no_two_runs_train_the_same_model():

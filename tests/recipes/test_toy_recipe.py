@@ -34,7 +34,7 @@ def run_recipe(results, recipe="multi30k_en_de", **extra_env):
     env = dict(os.environ, SCALE="toy", RESULTS=str(results), THREADS="1", **extra_env)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     for name in ("LAMBDAS_ENC", "LAMBDAS_ALL", "SCRATCH_LAMBDAS", "RECIPE_EXTRA_TRAIN_ARGS", "RECIPE_EXTRA_GENERATE_ARGS",
-                 "ANALYSIS", "PROTOCOL"):
+                 "ANALYSIS", "PROTOCOL", "PUBLISHED"):
         if name not in extra_env:
             env.pop(name, None)
     started = time.monotonic()
@@ -179,6 +179,40 @@ def test_converged_protocol_stops_at_the_plateau_then_trains_the_fixed_mask(toy_
     markdown = (results / "tables.md").read_text()
     assert re.search(rf"^\| λ={LAMBDA} \| converged, seed 1 \|", markdown, re.M)
     assert f"| λ={LAMBDA} (quick protocol) | quick, 20 updates |" in markdown
+
+
+def test_a_published_model_is_not_trained_again_only_its_from_scratch_side(toy_results, tmp_path):
+    """PUBLISHED (a results folder of an earlier session, recipes/publish_results.sh): a
+    converged model whose result and mask are there is skipped, and its layout is trained from
+    scratch with the published mask; once that is published too, nothing is left to run. (On a
+    copy of the toy folder: its data and baseline steps are reused, the shared one is untouched.)"""
+    import shutil
+
+    results, _ = toy_results
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy, symlinks=True)
+    name = f"all_l0_{LAMBDA}_conv_s2"
+    published = tmp_path / "published"
+    (published / "masks" / name).mkdir(parents=True)
+    (published / "results" / name).mkdir(parents=True)
+    mask = json.loads((results / "masks" / f"all_l0_{LAMBDA}" / "head_mask.json").read_text())
+    (published / "masks" / name / "head_mask.json").write_text(json.dumps(mask))
+    (published / "results" / name / "result.json").write_text("{}")
+    settings = dict(PROTOCOL="converged", LAMBDAS_ENC="", LAMBDAS_ALL=LAMBDA, SCRATCH_LAMBDAS=LAMBDA,
+                    SEEDS="2", ANALYSIS="no", PUBLISHED=str(published))
+    process, _ = run_recipe(copy, **settings)
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    assert f"skip {name} (published in {published})" in process.stdout
+    assert re.findall(r"^run  (\S+)$", process.stdout, re.M) == [f"scratch_{name}", f"bleu_scratch_{name}"]
+    with open(copy / "results" / f"scratch_{name}" / "result.json") as f:
+        scratch = json.load(f)
+    kept = {t: sum(map(sum, rows)) for t, rows in mask.items()}
+    assert {t: n for t, n in scratch["heads_kept"].items() if t in kept} == kept
+    shutil.copytree(copy / "results" / f"scratch_{name}", published / "results" / f"scratch_{name}")
+    process, _ = run_recipe(copy, **settings)
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    assert f"skip scratch_{name} (published in {published})" in process.stdout
+    assert re.findall(r"^run  (\S+)$", process.stdout, re.M) == []
 
 
 @pytest.mark.parametrize("setting, value", [("PROTOCOL", "slow"), ("SEEDS", "1 two"), ("SEEDS", "1 1"),
