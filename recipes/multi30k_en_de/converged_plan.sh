@@ -13,10 +13,11 @@
 #   recipes/publish_results.sh --merge "$RESULTS" docs/results/multi30k_en_de_converged
 #   fairseq-heads report docs/results/multi30k_en_de_converged
 #
-# Which: on 2 cores one 2-thread run takes ~1.1-1.5 s per update, two 1-thread chains ~2 s per
-# update each (benchmarks/results/train_parallel_cpu.json). The chains do ~15-30% more updates
-# in all; `all` finishes each model in about 60% of the time, which matters where a results
-# folder may not outlive a 3-hour session: one L0 + fixed-mask model is 2,500-6,000 updates.
+# Which: on 2 cores one 2-thread run takes ~1.1-1.3 s per update, each of two 1-thread chains
+# ~1.9 s (benchmarks/results/train_parallel_cpu.json: ~0.96 s per update of the machine, 1.3x
+# the updates of the 2-thread run). `all` finishes each model in two thirds of a chain's time,
+# which matters where a results folder may not outlive a 3-hour session: one L0 + fixed-mask
+# model is 2,500-6,000 updates, a from-scratch model 3,000-8,000.
 #
 # The runs, first what answers a question of issue 13 by itself:
 #   1 the encoder lambda=0 control (the reference of "heads gone at <= 0.5 BLEU")      chain B
