@@ -5,6 +5,8 @@
 # in heads.json made relative.
 # Checkpoints, data and logs stay behind. DOCS is written under a temporary name, then renamed.
 #
+# The traces of an L0 phase still running (models/<m>_l0.partial/) are copied too, and drawn
+# as such; the finished phase replaces them in a later --merge.
 # --merge: DOCS keeps what it holds (its README, the results of earlier sessions) and the files
 # of RESULTS are added to it or replace their namesakes; RESULTS needs no report, and none is
 # copied: render it on the merged folder afterwards (`fairseq-heads report DOCS`). For a plan
@@ -47,9 +49,14 @@ for f in results/*/generate.txt results/*/generate.txt.gz; do
 done
 for f in models/*/gate_trace.jsonl models/*/validations*.jsonl; do
   [ -e "$f" ] || continue
-  case $f in models/*.partial/*) continue ;; esac  # a step still running (or stopped): no result yet
+  # a step still running (or stopped) has no result yet; but an L0 phase's traces are the
+  # heads-dying figure so far, which the report draws as "still running" (report/build.py)
+  case $f in models/*_l0.partial/*) ;; models/*.partial/*) continue ;; esac
   mkdir -p "$tmp/$(dirname "$f")"
   gzip -9nc "$f" > "$tmp/$f.gz"
+done
+for d in models/*_l0; do  # a finished L0 phase: its running copy of an earlier --merge goes
+  [ ! -d "$d" ] || rm -rf "${tmp:?}/$d.partial"
 done
 [ ! -d "$tmp/stats" ] || find "$tmp/stats" -name heads.json -exec sed -i "s#\"$src/#\"#g" {} +
 chmod -R a+rX "$tmp"

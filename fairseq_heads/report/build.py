@@ -104,28 +104,29 @@ def load_inputs(results_dir: str) -> Inputs:
 
 
 def unfinished_l0_phases(results_dir: str, results: List[dict]) -> List[dict]:
-    """The finished L0 phases (models/<model>_l0/, not a step's .partial folder) of converged
-    models that have no result file yet, with their gate traces ("trace"): the heads-dying
-    figure need not wait for the fixed-mask phase and BLEU. A name without _glr<scale> was
-    trained at the recipe's default scale, which the converged result files of such names
-    record (the most common one; None if there are none)."""
+    """The L0 phases (models/<model>_l0/) of converged models that have no result file yet,
+    with their gate traces ("trace"): the heads-dying figure need not wait for the fixed-mask
+    phase and BLEU. A phase still running (its step's models/<model>_l0.partial/, or one a
+    session's end cut short) is drawn too, as "running", up to its last record. A name without
+    _glr<scale> was trained at the recipe's default scale, which the converged result files of
+    such names record (the most common one; None if there are none)."""
     named = {r["name"] for r in results}
     default_scales = [r.get("gate_lr_scale") for r in results
                       if layout.protocol_of(r) == layout.CONVERGED and "_glr" not in r["name"]
                       and r.get("gate_lr_scale") is not None]
     default_scale = max(set(default_scales), key=default_scales.count) if default_scales else None
-    phases = []
-    pattern = os.path.join(results_dir, layout.MODELS, "*" + layout.L0_PHASE_SUFFIX)
-    for folder in sorted(glob.glob(pattern)):
-        name = os.path.basename(folder)[:-len(layout.L0_PHASE_SUFFIX)]
-        settings = layout.converged_model_settings(name)
-        trace = archived_copy(os.path.join(folder, layout.GATE_TRACE))
-        if settings is None or name in named or trace is None:
-            continue
-        if settings["gate_lr_scale"] is None:
-            settings["gate_lr_scale"] = default_scale
-        phases.append(dict(settings, phase="l0", trace=trace))
-    return phases
+    phases = {}
+    for state, suffix in (("l0-running", layout.L0_PHASE_SUFFIX + ".partial"), ("l0", layout.L0_PHASE_SUFFIX)):
+        for folder in sorted(glob.glob(os.path.join(results_dir, layout.MODELS, "*" + suffix))):
+            name = os.path.basename(folder)[:-len(suffix)]
+            settings = layout.converged_model_settings(name)
+            trace = archived_copy(os.path.join(folder, layout.GATE_TRACE))
+            if settings is None or name in named or trace is None:
+                continue
+            if settings["gate_lr_scale"] is None:
+                settings["gate_lr_scale"] = default_scale
+            phases[name] = dict(settings, phase=state, trace=trace)  # a finished phase wins
+    return [phases[name] for name in sorted(phases)]
 
 
 def write_l0_points(results_dir: str, out: str) -> int:
@@ -225,11 +226,12 @@ def _trace_section(inputs: Inputs, draw: Callable, trace_lambda: Optional[float]
     # lambda (the most heads die); a file without a scale counts as the fastest.
     chosen = min(candidates, key=lambda r: (r.get("gate_lr_scale") or float("inf"), -r["l0_lambda"],
                                             r.get("seed") or 1))
-    series = tables.trace_series(tables.with_final_gates(read_trace(inputs.traces[chosen["name"]]), chosen))
-    title = f"P(open) of every head over fine-tuning, {tables.trace_label(chosen)}"
+    traces = {r["name"]: read_trace(inputs.traces[r["name"]]) for r in traced}
+    series = tables.trace_series(tables.with_final_gates(traces[chosen["name"]], chosen))
+    title = f"P(open) of every head over fine-tuning, {tables.trace_label(chosen, traces[chosen['name']])}"
     name = draw("gate_trace.png", figures.gate_trace_figure, series, title)
-    runs = [(tables.trace_label(r) + ("" if (r.get("seed") or 1) == 1 else f", seed {r['seed']}"),
-             *tables.open_heads_series(read_trace(inputs.traces[r["name"]]))) for r in traced]
+    runs = [(tables.trace_label(r, traces[r["name"]]) + ("" if (r.get("seed") or 1) == 1 else f", seed {r['seed']}"),
+             *tables.open_heads_series(traces[r["name"]])) for r in traced]
     dying = draw("open_heads.png", figures.open_heads_figure, runs)
     return Section("6. Heads dying over training", [(title, tables.trace_summary(series))],
                    [(title, name), ("Open heads over the L0 fine-tune, every traced run", dying)])

@@ -488,13 +488,17 @@ def open_heads_series(trace: Sequence[dict]) -> Tuple[List[int], Dict[str, List[
     return updates, counts
 
 
-def trace_label(result: dict) -> str:
+def trace_label(result: dict, trace: Sequence[dict] = ()) -> str:
     """λ, protocol and gate lr of a traced run; "L0 phase" for one whose model has no result
-    file yet (build.unfinished_l0_phases)."""
+    file yet, "still running at update N" (the trace's last record) for one that has not
+    finished (build.unfinished_l0_phases)."""
     scale = result.get("gate_lr_scale")
+    phase = {"l0": ", L0 phase (no BLEU yet)",
+             "l0-running": ", L0 phase still running at update "
+                           + str(max((r["update"] for r in trace), default="?"))}
     return (f"λ={format_lambda(result['l0_lambda'])}, {protocol_of(result)}"
             + (f", gate lr ×{scale:g}" if scale is not None else "")
-            + (", L0 phase (no BLEU yet)" if result.get("phase") == "l0" else ""))
+            + phase.get(result.get("phase"), ""))
 
 
 def trace_summary(series) -> Table:

@@ -26,6 +26,7 @@ def a_session(root):
     write(f"{root}/models/b/gate_trace.jsonl", '{"update": 0, "heads": []}\n')
     write(f"{root}/models/b/checkpoint.pt", "weights")
     write(f"{root}/models/c.partial/gate_trace.jsonl", '{"update": 0, "heads": []}\n')
+    write(f"{root}/models/d_l0.partial/gate_trace.jsonl", '{"update": 0, "heads": []}\n')  # running
     write(f"{root}/logs/b.log", "log")
     return root
 
@@ -41,12 +42,18 @@ def test_merge_adds_a_sessions_results_to_the_published_ones(tmp_path):
     write(f"{docs}/results/b/result.json", json.dumps({"name": "b", "bleu": 1.0}))   # replaced
     process = publish("--merge", a_session(tmp_path / "results"), docs)
     assert process.returncode == 0, process.stderr
-    assert files(docs) == ["README.md", "models/b/gate_trace.jsonl.gz", "results/a/result.json",
-                           "results/b/generate.txt.gz", "results/b/result.json"]
+    assert files(docs) == ["README.md", "models/b/gate_trace.jsonl.gz", "models/d_l0.partial/gate_trace.jsonl.gz",
+                           "results/a/result.json", "results/b/generate.txt.gz", "results/b/result.json"]
     assert json.loads((docs / "results/b/result.json").read_text())["bleu"] == 30.0
     with gzip.open(docs / "results/b/generate.txt.gz", "rt") as f:
         assert f.read() == "T-0\tref\nD-0\t-0.1\thyp\n"  # what the report's bootstrap reads
     assert not os.path.exists(str(docs) + ".partial")
+    # the L0 phase d finished in a later session: its traces replace the running ones
+    later = tmp_path / "later"
+    write(f"{later}/models/d_l0/gate_trace.jsonl", '{"update": 0, "heads": []}\n')
+    assert publish("--merge", later, docs).returncode == 0
+    assert "models/d_l0/gate_trace.jsonl.gz" in files(docs)
+    assert not any(f.startswith("models/d_l0.partial/") for f in files(docs))
 
 
 def test_merge_into_a_new_folder_and_without_merge_the_folder_is_replaced(tmp_path):
@@ -56,8 +63,8 @@ def test_merge_into_a_new_folder_and_without_merge_the_folder_is_replaced(tmp_pa
     write(f"{session}/tables.md", "tables")
     write(f"{tmp_path}/docs/README.md", "what was run")
     assert publish(session, tmp_path / "docs").returncode == 0
-    assert files(tmp_path / "docs") == ["models/b/gate_trace.jsonl.gz", "results/b/generate.txt.gz",
-                                        "results/b/result.json", "tables.md"]
+    assert files(tmp_path / "docs") == ["models/b/gate_trace.jsonl.gz", "models/d_l0.partial/gate_trace.jsonl.gz",
+                                        "results/b/generate.txt.gz", "results/b/result.json", "tables.md"]
 
 
 def test_bad_arguments_exit_2_with_one_line_and_write_nothing(tmp_path):

@@ -393,13 +393,15 @@ def test_converged_names_give_their_settings():
 def test_an_l0_phase_without_a_result_yet_is_drawn_in_the_heads_dying_figure(tmp_path):
     """A converged run whose L0 phase has finished but whose fixed-mask phase and BLEU have not:
     its trace (models/<model>_l0/) is in section 6, labelled as such, its gate lr from its name;
-    a step still running (.partial) and a phase whose model has a result are not read there."""
+    one still running (models/<model>_l0.partial/) is drawn as running, to its last record; a
+    phase whose model has a result is not read there (the result's own trace is)."""
     root = str(tmp_path / "phases")
     write_results_dir(root, results=CONVERGED_RESULTS)
     folders = {"all_l0_0.5_conv_s1_glr10_l0": trace_records(),          # the slowest gates: chosen
                "all_l0_2_conv_s1_l0": trace_records(),                  # the recipe's default scale
-               "all_l0_0.1_conv_s1_glr1_l0.partial": trace_records(),   # still running: ignored
-               "all_l0_1_conv_s1_l0": trace_records()[:1]}              # has a result: its own trace
+               "all_l0_0.1_conv_s1_glr20_l0.partial": trace_records(),  # still running
+               "all_l0_2_conv_s1_l0.partial": trace_records()[:1],      # finished beside it wins
+               "all_l0_1_conv_s1_l0": trace_records()[:1]}              # has a result
     for folder, records in folders.items():
         os.makedirs(os.path.join(root, "models", folder))
         with open(os.path.join(root, "models", folder, "gate_trace.jsonl"), "w") as f:
@@ -408,8 +410,13 @@ def test_an_l0_phase_without_a_result_yet_is_drawn_in_the_heads_dying_figure(tmp
 
     inputs = load_inputs(root)
     assert [(p["name"], p["gate_lr_scale"], p["phase"]) for p in inputs.l0_phases] == [
-        ("all_l0_0.5_conv_s1_glr10", 10.0, "l0"), ("all_l0_2_conv_s1", 1000, "l0")]
+        ("all_l0_0.1_conv_s1_glr20", 20.0, "l0-running"), ("all_l0_0.5_conv_s1_glr10", 10.0, "l0"),
+        ("all_l0_2_conv_s1", 1000, "l0")]
+    assert inputs.traces["all_l0_2_conv_s1"].endswith("all_l0_2_conv_s1_l0/gate_trace.jsonl")
     assert "all_l0_1_conv_s1" not in inputs.traces  # its result's trace (models/<model>/) is absent
+    running = next(p for p in inputs.l0_phases if p["phase"] == "l0-running")
+    assert tables.trace_label(running, trace_records()) == (
+        "λ=0.1, converged, gate lr ×20, L0 phase still running at update 10")
     build_report(root)
     text = open(os.path.join(root, "tables.md")).read()
     assert ("P(open) of every head over fine-tuning, λ=0.5, converged, gate lr ×10, "
