@@ -7,9 +7,9 @@ from ..plotting import pyplot
 TYPE_COLOURS = {"enc-self": "tab:blue", "dec-self": "tab:orange", "enc-dec": "tab:green"}
 
 
-def _save(figure, path: str) -> None:
+def _save(figure, path: str, **savefig_options) -> None:
     figure.tight_layout()
-    figure.savefig(path, dpi=110, format="png")
+    figure.savefig(path, dpi=110, format="png", **savefig_options)
     pyplot().close(figure)
 
 
@@ -106,6 +106,12 @@ def open_heads_figure(runs: Sequence[Tuple[str, List[int], Dict[str, List[int]]]
         axes.set_title(attention_type)
         axes.set_xlabel("update")
         axes.grid(alpha=0.3)
-        axes.legend(fontsize=7)
     panels[0][0].set_ylabel("open heads")
-    _save(figure, path)
+    # one legend for all panels, below them: run labels are long and would cover the curves
+    legend = {}
+    for axes in panels[0]:
+        for handle, label in zip(*axes.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    figure.legend(list(legend.values()), list(legend), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                  fontsize=8, frameon=False)
+    _save(figure, path, bbox_inches="tight")
