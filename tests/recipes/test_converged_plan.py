@@ -44,9 +44,11 @@ def test_the_two_chains_are_the_whole_plan_each_run_once():
     everything, chain_a, chain_b = dry_run("all"), dry_run("A"), dry_run("B")
     assert sorted(chain_a + chain_b) == sorted(everything)
     assert len(set(everything)) == len(everything)
-    # the order of `all` is the priority order: the controls and the heads-dying run first
-    assert [line for line, _ in everything[:2]] == ["run.sh LAMBDAS_ENC=0",
-                                                     "run.sh GATE_LR_SCALE=100 LAMBDAS_ALL=0.02"]
+    # the order of `all` is the priority order: the encoder control, then the first
+    # trained-vs-scratch pair; the heads-dying run, whose figure is published, last
+    assert [line for line, _ in everything[:2]] == [
+        "run.sh LAMBDAS_ENC=0", "run.sh LAMBDAS_ALL=0.02 SCRATCH_LAMBDAS=0.02 SEEDS=1"]
+    assert everything[-1][0] == "run.sh GATE_LR_SCALE=100 LAMBDAS_ALL=0.02"
 
 
 def test_each_run_names_the_models_the_recipe_trains():
