@@ -264,17 +264,14 @@ quick_pruning() {  # $1 enc|all, $2 lambda: the PROTOCOL=quick steps of one lamb
 converged_pruning() {  # $1 enc|all, $2 lambda, $3 seed, $4 yes: also from scratch
   local name=${1}_l0_${2}_conv_s$3$GLR_SUFFIX kind=encoder_l0 types=enc-self extra=--freeze-decoder
   [ "$1" = enc ] || { kind=all_l0; types=$ALL_TYPES; extra=""; }
-  local l0=${name}_l0 mask=$RESULTS/masks/$name/head_mask.json
-  local rule="$VALIDATE_UPDATES $PLATEAU_VALIDATIONS $PLATEAU_LOSS_TOLERANCE"
-  local result="--protocol converged --seed $3 --plateau-validations $PLATEAU_VALIDATIONS
-    --plateau-loss-tolerance $PLATEAU_LOSS_TOLERANCE"
+  local mask=$RESULTS/masks/$name/head_mask.json
   if [ -n "$PUBLISHED" ] && [ -f "$PUBLISHED/results/$name/result.json" ] &&
     [ -f "$PUBLISHED/masks/$name/head_mask.json" ]; then
     # trained and scored by an earlier session: only its from-scratch side is left to run
     echo "skip $name (published in $PUBLISHED)"
     mask=$PUBLISHED/masks/$name/head_mask.json
   else
-    converged_trained_side "$name" "$kind" "$types" "$extra" "$2" "$3" "$l0" "$mask" "$rule" "$result"
+    converged_trained_side "$name" "$kind" "$types" "$extra" "$2" "$3"
   fi
   [ "$4" = yes ] || return 0
   if [ -n "$PUBLISHED" ] && [ -f "$PUBLISHED/results/scratch_$name/result.json" ]; then
@@ -290,9 +287,12 @@ converged_pruning() {  # $1 enc|all, $2 lambda, $3 seed, $4 yes: also from scrat
     --phase "from_scratch=$RESULTS/models/scratch_$name/validations.jsonl"
 }
 
-converged_trained_side() {  # $1 name, $2 kind, $3 types, $4 extra, $5 lambda, $6 seed, $7 L0 step,
-  # $8 mask file, $9 rule key, $10 result options: L0 phase, mask, fixed-mask phase, BLEU
-  local name=$1 kind=$2 types=$3 extra=$4 l0=$7 mask=$8 rule=$9 result=${10}
+converged_trained_side() {  # $1 name, $2 kind, $3 types, $4 extra, $5 lambda, $6 seed:
+  # the L0 phase, its mask, the fixed-mask phase and BLEU
+  local name=$1 kind=$2 types=$3 extra=$4 l0=${1}_l0 mask=$RESULTS/masks/$1/head_mask.json
+  local rule="$VALIDATE_UPDATES $PLATEAU_VALIDATIONS $PLATEAU_LOSS_TOLERANCE"
+  local result="--protocol converged --seed $6 --plateau-validations $PLATEAU_VALIDATIONS
+    --plateau-loss-tolerance $PLATEAU_LOSS_TOLERANCE"
   run_resumable_step "$l0" "$RESULTS/models/$l0" \
     "$SIZE_ARGS $TRAIN_ARGS $FINETUNE_OPTIMIZER_ARGS $rule $L0_MAX_UPDATES $GATE_TRACE_INTERVAL $EXTRA_TRAIN" \
     step_l0_until_plateau "$types" "$5" "$extra" "$6"

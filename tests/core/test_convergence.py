@@ -78,8 +78,8 @@ class _Gate:
         return self.opened
 
 
-def _task(tmp_path, monkeypatch, fairseq_says=False, **options):
-    """A HeadHooksMixin on a stand-in task, its model's open heads set by the test."""
+def _hooked_task(cfg):
+    """A HeadHooksMixin on a stand-in task whose own train_step does nothing, with options cfg."""
     from fairseq_heads.tasks import head_hooks
 
     class Base:
@@ -90,6 +90,13 @@ def _task(tmp_path, monkeypatch, fairseq_says=False, **options):
         def __init__(self, cfg):
             self.cfg = cfg
             self._init_head_hooks()
+
+    return Task(cfg)
+
+
+def _task(tmp_path, monkeypatch, fairseq_says=False, **options):
+    """A HeadHooksMixin on a stand-in task, its model's open heads set by the test."""
+    from fairseq_heads.tasks import head_hooks
 
     fake_train = types.ModuleType("fairseq_cli.train")
     fake_train.should_stop_early = lambda cfg, valid_loss: fairseq_says  # fairseq's --patience
@@ -102,7 +109,7 @@ def _task(tmp_path, monkeypatch, fairseq_says=False, **options):
         setattr(cfg, name, value)
     heads = {"open": [1, 1, 1, 1]}
     monkeypatch.setattr(head_hooks, "iter_gates", lambda model: [("enc-self", 0, _Gate(heads["open"]))])
-    return Task(cfg), fake_train, heads
+    return _hooked_task(cfg), fake_train, heads
 
 
 def test_the_hook_stops_fairseq_train_at_the_plateau_and_records_each_validation(tmp_path, monkeypatch):
@@ -144,26 +151,16 @@ def _fairseq_patience(tmp_path, monkeypatch, records, resumed_at, patience):
     as attributes of the module's function, in the process only) under the task hook of a run
     with a validation trace holding `records`, (re)started at update `resumed_at`."""
     import fairseq_cli.train as fairseq_train
-    from fairseq_heads.tasks import head_hooks
 
     monkeypatch.setattr(fairseq_train, "should_stop_early", fairseq_train.should_stop_early)
     for attribute in ("best", "num_runs"):
         monkeypatch.delattr(fairseq_train.should_stop_early, attribute, raising=False)
-
-    class Base:
-        def train_step(self, *args, **kwargs):
-            return "trained"
-
-    class Task(head_hooks.HeadHooksMixin, Base):
-        def __init__(self, cfg):
-            self.cfg = cfg
-            self._init_head_hooks()
-
     trace = tmp_path / "validations.jsonl"
     trace.write_text("".join(validation_line(r) for r in records))
-    Task(types.SimpleNamespace(head_mask=None, gate_trace=None, gate_trace_interval=50,
-                               validation_trace=str(trace), stop_on_plateau=None,
-                               plateau_loss_tolerance=0.005)).train_step(None, None, None, None, resumed_at)
+    options = types.SimpleNamespace(head_mask=None, gate_trace=None, gate_trace_interval=50,
+                                    validation_trace=str(trace), stop_on_plateau=None,
+                                    plateau_loss_tolerance=0.005)
+    _hooked_task(options).train_step(None, None, None, None, resumed_at)
     cfg = types.SimpleNamespace(checkpoint=types.SimpleNamespace(
         patience=patience, maximize_best_checkpoint_metric=False, best_checkpoint_metric="loss"))
     return lambda loss: fairseq_train.should_stop_early(cfg, loss)
