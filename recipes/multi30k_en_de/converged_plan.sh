@@ -56,7 +56,7 @@ run() {  # MODELS VAR=value ...: the models one run.sh call trains (space-separa
     for model in $models; do
       [ ! -f "$PUBLISHED/results/$model/result.json" ] || published+=" $model"
     done
-    echo "run.sh $* -> $models${published:+ (published:$published)}"
+    echo "run.sh${*:+ $*} -> $models${published:+ (published:$published)}"
   else
     env LAMBDAS_ENC= LAMBDAS_ALL= SCRATCH_LAMBDAS= SEEDS=1 "$@" "$RUN"
   fi
@@ -81,7 +81,7 @@ A | B) export THREADS=${THREADS:-1} ;;
 *) echo "converged_plan.sh: CHAIN must be prepare, all, A or B, got '${CHAIN:-}'" >&2; exit 2 ;;
 esac
 case $CHAIN in
-prepare) run ;;
+prepare) run "" ;;  # no sweep: the data, the baseline and its BLEU
 all) for n in 1 2 3 4 5 6 7 8; do plan_run $n; done ;;
 A) for n in 2 3 5 6 8; do plan_run $n; done ;;
 B) for n in 1 4 7; do plan_run $n; done ;;

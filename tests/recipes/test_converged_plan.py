@@ -84,3 +84,8 @@ def test_a_bad_chain_exits_2_with_one_line(chain):
     assert process.returncode == 2
     assert process.stdout == ""
     assert process.stderr.count("\n") == 1 and "CHAIN must be" in process.stderr
+
+
+def test_prepare_runs_the_recipe_with_no_sweep():
+    # the data, the baseline and its BLEU only: no model of the plan
+    assert dry_run("prepare") == [("run.sh", "")]
