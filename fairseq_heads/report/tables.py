@@ -79,6 +79,14 @@ def baseline_result(results: Iterable[dict]) -> dict:
     return found[0]
 
 
+def lambda_texts(results: Sequence[dict]) -> List[str]:
+    """Each result's lambda as the column and row labels print it; where the results mix
+    protocols, each says its own ("0.01 (quick)"), so a quick run's column cannot pass for a
+    converged one."""
+    mixed = len({protocol_of(r) for r in results}) > 1
+    return [format_lambda(r["l0_lambda"]) + (f" ({protocol_of(r)})" if mixed else "") for r in results]
+
+
 def format_lambda(value) -> str:
     return "-" if value is None else f"{value:g}"
 
@@ -348,7 +356,7 @@ def heads_kept_by_layer(results: Sequence[dict], kind: str = ALL_L0) -> Table:
         for layer in range(layers):
             rows.append([attention_type, layer] + [f"{sum(r['kept'][attention_type][layer])}/{heads}"
                                                    for r in pruned])
-    return Table(["type", "layer", *(f"λ={format_lambda(r['l0_lambda'])}" for r in pruned)], rows)
+    return Table(["type", "layer", *(f"λ={text}" for text in lambda_texts(pruned))], rows)
 
 
 def first_losses(results: Sequence[dict], kind: str = ALL_L0) -> Table:
@@ -363,7 +371,7 @@ def first_losses(results: Sequence[dict], kind: str = ALL_L0) -> Table:
         half = next((r["l0_lambda"] for r, f in zip(pruned, fractions) if f <= 0.5), None)
         rows.append([attention_type, *(f"{f:.0%}" for f in fractions),
                      format_lambda(half) if half is not None else "not reached"])
-    return Table(["type", *(f"λ={format_lambda(r['l0_lambda'])}" for r in pruned), "half gone at"], rows)
+    return Table(["type", *(f"λ={text}" for text in lambda_texts(pruned)), "half gone at"], rows)
 
 
 # ------------------------------------------------------------------ (4) head functions
@@ -554,13 +562,18 @@ def survivor_counts(results: Sequence[dict], heads: Sequence[Dict[str, str]],
     return runs, open_counts, totals
 
 
+def survivor_lambda_texts(results: Sequence[dict], kinds: Sequence[str] = (ENCODER_L0, ALL_L0)) -> List[str]:
+    """lambda_texts of the runs of survivor_counts, in its order."""
+    return lambda_texts([r for kind in kinds for r in by_kind(results, kind)])
+
+
 def survivor_functions(results: Sequence[dict], heads: Sequence[Dict[str, str]],
                        kinds: Sequence[str] = (ENCODER_L0, ALL_L0)) -> Table:
     """At each lambda: how many heads of each function are still open, of how many."""
     runs, open_counts, totals = survivor_counts(results, heads, kinds)
-    rows = [[kind, format_lambda(l0_lambda),
-             *(f"{open_counts[n][i]}/{totals[n][i]}" for n in open_counts)]
-            for i, (kind, l0_lambda) in enumerate(runs)]
+    texts = survivor_lambda_texts(results, kinds)
+    rows = [[kind, texts[i], *(f"{open_counts[n][i]}/{totals[n][i]}" for n in open_counts)]
+            for i, (kind, _) in enumerate(runs)]
     return Table(["run", "λ", *open_counts], rows,
                  "open heads / heads with that function in the baseline (labels of heads.csv), over "
                  "the attention types each run gated (encoder_l0: enc-self; all_l0: all three)")

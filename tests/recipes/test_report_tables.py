@@ -320,6 +320,16 @@ def test_all_types_table_leads_with_converged_and_labels_the_quick_rows():
     assert "quick protocol" in table.note
 
 
+def test_per_lambda_columns_say_their_protocol_when_the_headline_mixes_them():
+    headline = tables.headline(CONVERGED_RESULTS)  # λ=0.1: quick only; λ=1: the converged seed 1
+    assert tables.first_losses(headline).columns == ["type", "λ=0.1 (quick)", "λ=1 (converged)", "half gone at"]
+    assert tables.heads_kept_by_layer(headline).columns[2:] == ["λ=0.1 (quick)", "λ=1 (converged)"]
+    assert [row[1] for row in tables.survivor_functions(headline, HEADS).rows] == [
+        "0.1 (quick)", "1 (quick)", "0.1 (quick)", "1 (converged)"]  # encoder runs, then all types
+    # one protocol: nothing to tell apart
+    assert tables.first_losses(RESULTS).columns == ["type", "λ=0.1", "λ=1", "half gone at"]
+
+
 def test_trained_vs_scratch_per_seed_with_intervals_and_updates():
     table = tables.trained_vs_scratch_table(CONVERGED_RESULTS, translations_of(CONVERGED_RESULTS), samples=200)
     assert [r[:5] for r in table.rows] == [["λ=1", 1, "7/12", 25.0, 22.0], ["λ=1", 2, "7/12", 24.0, 23.5]]
