@@ -504,7 +504,8 @@ def trace_label(result: dict, trace: Sequence[dict] = ()) -> str:
     phase = {"l0": ", L0 phase (no BLEU yet)",
              "l0-running": ", L0 phase still running at update "
                            + str(max((r["update"] for r in trace), default="?"))}
-    return (f"λ={format_lambda(result['l0_lambda'])}, {protocol_of(result)}"
+    protocol = protocol_label(result) if protocol_of(result) == QUICK else CONVERGED  # its seed: the caller's
+    return (f"λ={format_lambda(result['l0_lambda'])}, {protocol}"
             + (f", gate lr ×{scale:g}" if scale is not None else "")
             + phase.get(result.get("phase"), ""))
 

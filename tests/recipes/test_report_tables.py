@@ -427,6 +427,8 @@ def test_an_l0_phase_without_a_result_yet_is_drawn_in_the_heads_dying_figure(tmp
     running = next(p for p in inputs.l0_phases if p["phase"] == "l0-running")
     assert tables.trace_label(running, trace_records()) == (
         "λ=0.1, converged, gate lr ×20, L0 phase still running at update 10")
+    quick = dict(next(r for r in QUICK_RESULTS if r["name"] == "all_l0_1"), gate_lr_scale=None)  # no scale recorded
+    assert tables.trace_label(quick) == "λ=1, quick, 150 updates"
     build_report(root)
     text = open(os.path.join(root, "tables.md")).read()
     assert ("P(open) of every head over fine-tuning, λ=0.5, converged, gate lr ×10, "
