@@ -10,8 +10,8 @@
 #   CHAIN=A nohup recipes/multi30k_en_de/converged_plan.sh > A.log 2>&1 &
 #   CHAIN=B nohup recipes/multi30k_en_de/converged_plan.sh > B.log 2>&1 &
 #   # what has finished, into the published folder (which keeps earlier sessions' results):
-#   recipes/publish_results.sh --merge "$RESULTS" docs/results/multi30k_en_de_converged
-#   fairseq-heads report docs/results/multi30k_en_de_converged
+#   recipes/publish_results.sh --merge "$RESULTS" docs/results/multi30k_en_de
+#   fairseq-heads report docs/results/multi30k_en_de
 #
 # Which: on 2 cores one 2-thread run takes ~1.1-1.3 s per update, each of two 1-thread chains
 # ~1.9 s (benchmarks/results/train_parallel_cpu.json: ~0.96 s per update of the machine, 1.3x
@@ -30,11 +30,11 @@
 #   8 all types lambda=0.02 at gate lr x100 (item 3): its L0 phase, the heads-dying    chain A
 #     figure, is published (stop 13); what is left is its fixed-mask phase and BLEU
 # The encoder lambda=0.005 model is not in the plan: its results are committed
-# (docs/results/multi30k_en_de_converged, stop 12); the report reads them from there.
+# (docs/results/multi30k_en_de, stop 12); the report reads them from there.
 #
 # Environment: CHAIN (prepare|all|A|B), RESULTS (default work/recipes/multi30k_en_de_converged),
 # BASELINE (default ../shared/models/multi30k_en_de_6x8), DATA, THREADS (default: 2 for
-# prepare and all, 1 for A and B), PUBLISHED (default docs/results/multi30k_en_de_converged:
+# prepare and all, 1 for A and B), PUBLISHED (default docs/results/multi30k_en_de:
 # models whose results are there are not trained again), DRY_RUN (set: print each run's
 # settings, its models and which of them are published; run nothing).
 set -euo pipefail
@@ -44,7 +44,7 @@ RUN=$HERE/run.sh
 export RESULTS=${RESULTS:-$REPO/work/recipes/multi30k_en_de_converged}
 export BASELINE=${BASELINE:-$REPO/../shared/models/multi30k_en_de_6x8}
 export PROTOCOL=converged ANALYSIS=no
-export PUBLISHED=${PUBLISHED:-$REPO/docs/results/multi30k_en_de_converged}
+export PUBLISHED=${PUBLISHED:-$REPO/docs/results/multi30k_en_de}
 
 run() {  # MODELS VAR=value ...: the models one run.sh call trains (space-separated) and its
   # settings (unset sweeps are empty: skipped). run.sh skips a model whose result is published
