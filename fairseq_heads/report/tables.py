@@ -504,7 +504,8 @@ def trace_label(result: dict, trace: Sequence[dict] = ()) -> str:
     phase = {"l0": ", L0 phase (no BLEU yet)",
              "l0-running": ", L0 phase still running at update "
                            + str(max((r["update"] for r in trace), default="?"))}
-    protocol = protocol_label(result) if protocol_of(result) == QUICK else CONVERGED  # its seed: the caller's
+    # a quick run says its length; a converged run's seed is added by the caller where it is not 1
+    protocol = protocol_label(result) if protocol_of(result) == QUICK else CONVERGED
     return (f"λ={format_lambda(result['l0_lambda'])}, {protocol}"
             + (f", gate lr ×{scale:g}" if scale is not None else "")
             + phase.get(result.get("phase"), ""))
