@@ -242,7 +242,7 @@ def _survivors_section(inputs: Inputs, draw: Callable) -> Section:
     if not inputs.heads:
         raise MissingInput("no stats/baseline/heads.csv (head functions of the baseline)")
     runs, open_counts, _ = tables.survivor_counts(inputs.results, inputs.heads)
-    labels = [f"{kind} λ={text}" for (kind, _), text in zip(runs, tables.survivor_lambda_texts(inputs.results))]
+    labels = [f"{kind} λ={l0_lambda}" for kind, l0_lambda in runs]
     name = draw("survivors.png", figures.survivors_figure, labels, open_counts)
     return Section("7. What the surviving heads do",
                    [("", tables.survivor_functions(inputs.results, inputs.heads))],

@@ -530,7 +530,8 @@ GATED_TYPES = {ENCODER_L0: ("enc-self",), ALL_L0: ATTENTION_TYPES}  # what each 
 
 def survivor_counts(results: Sequence[dict], heads: Sequence[Dict[str, str]],
                     kinds: Sequence[str] = (ENCODER_L0, ALL_L0)):
-    """(runs [(kind, lambda)], open {function: [count per run]}, totals {function: [count per run]}).
+    """(runs [(kind, lambda as lambda_texts prints it)], open {function: [count per run]},
+    totals {function: [count per run]}).
 
     Functions come from the baseline's labels (a head without one is 'none'); a head with
     several functions counts once for each. A run counts the heads of the types it gated (an
@@ -540,42 +541,35 @@ def survivor_counts(results: Sequence[dict], heads: Sequence[Dict[str, str]],
     functions = {(row["type"], int(row["layer"]), int(row["head"])):
                  head_functions(row.get("labels", "")) or [NO_FUNCTION] for row in heads}
     names = FUNCTIONS + (NO_FUNCTION,)
-    runs = []
+    pruned = [r for kind in kinds for r in by_kind(results, kind)]
+    if not pruned:
+        raise MissingInput("no L0 results (kinds encoder_l0, all_l0)")
+    runs = [(r["kind"], text) for r, text in zip(pruned, lambda_texts(pruned))]
     open_counts: Dict[str, List[int]] = {name: [] for name in names}
     totals: Dict[str, List[int]] = {name: [] for name in names}
-    for kind in kinds:
-        for result in by_kind(results, kind):
-            opened, total = dict.fromkeys(names, 0), dict.fromkeys(names, 0)
-            for (attention_type, layer, head), head_names in functions.items():
-                if attention_type not in GATED_TYPES[kind]:
-                    continue
-                kept = result["kept"].get(attention_type)
-                if kept is None or layer >= len(kept) or head >= len(kept[layer]):
-                    raise MissingInput(f"{result['name']}: heads.csv does not match its layout")
-                for name in head_names:
-                    total[name] += 1
-                    opened[name] += int(bool(kept[layer][head]))
-            runs.append((kind, result["l0_lambda"]))
-            for name in names:
-                open_counts[name].append(opened[name])
-                totals[name].append(total[name])
-    if not runs:
-        raise MissingInput("no L0 results (kinds encoder_l0, all_l0)")
+    for result in pruned:
+        opened, total = dict.fromkeys(names, 0), dict.fromkeys(names, 0)
+        for (attention_type, layer, head), head_names in functions.items():
+            if attention_type not in GATED_TYPES[result["kind"]]:
+                continue
+            kept = result["kept"].get(attention_type)
+            if kept is None or layer >= len(kept) or head >= len(kept[layer]):
+                raise MissingInput(f"{result['name']}: heads.csv does not match its layout")
+            for name in head_names:
+                total[name] += 1
+                opened[name] += int(bool(kept[layer][head]))
+        for name in names:
+            open_counts[name].append(opened[name])
+            totals[name].append(total[name])
     return runs, open_counts, totals
-
-
-def survivor_lambda_texts(results: Sequence[dict], kinds: Sequence[str] = (ENCODER_L0, ALL_L0)) -> List[str]:
-    """lambda_texts of the runs of survivor_counts, in its order."""
-    return lambda_texts([r for kind in kinds for r in by_kind(results, kind)])
 
 
 def survivor_functions(results: Sequence[dict], heads: Sequence[Dict[str, str]],
                        kinds: Sequence[str] = (ENCODER_L0, ALL_L0)) -> Table:
     """At each lambda: how many heads of each function are still open, of how many."""
     runs, open_counts, totals = survivor_counts(results, heads, kinds)
-    texts = survivor_lambda_texts(results, kinds)
-    rows = [[kind, texts[i], *(f"{open_counts[n][i]}/{totals[n][i]}" for n in open_counts)]
-            for i, (kind, _) in enumerate(runs)]
+    rows = [[kind, l0_lambda, *(f"{open_counts[n][i]}/{totals[n][i]}" for n in open_counts)]
+            for i, (kind, l0_lambda) in enumerate(runs)]
     return Table(["run", "λ", *open_counts], rows,
                  "open heads / heads with that function in the baseline (labels of heads.csv), over "
                  "the attention types each run gated (encoder_l0: enc-self; all_l0: all three)")

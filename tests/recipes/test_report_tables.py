@@ -121,7 +121,7 @@ def test_final_gates_extend_the_trace():
 
 def test_survivor_functions():
     runs, open_counts, totals = tables.survivor_counts(RESULTS, HEADS)
-    assert runs == [("encoder_l0", 0.1), ("encoder_l0", 1.0), ("all_l0", 0.1), ("all_l0", 1.0)]
+    assert runs == [("encoder_l0", "0.1"), ("encoder_l0", "1"), ("all_l0", "0.1"), ("all_l0", "1")]
     assert totals == {"positional": [2] * 4, "syntactic": [1] * 4, "rare": [1] * 4, "none": [1] * 4}
     # lambda 0.1 (encoder) closes enc-self 1/0: positional + syntactic; lambda 1 keeps only 0/0
     assert open_counts["positional"] == [1, 1, 2, 2]
