@@ -116,10 +116,15 @@ def head_functions(labels: str) -> List[str]:
 
 
 def encoder_sweep_points(results: Sequence[dict]) -> List[Tuple[str, int, float]]:
-    """(label, encoder heads kept, BLEU) of the baseline and each encoder-only L0 model."""
+    """(label, encoder heads kept, BLEU) of the baseline and each encoder-only L0 model; beside
+    converged models a quick-protocol model's label says "(quick)", as the two are not comparable."""
+    models = by_kind(results, ENCODER_L0)
+    mixed = len({protocol_of(r) for r in models}) > 1
     points = []
-    for result in by_kind(results, BASELINE) + by_kind(results, ENCODER_L0):
+    for result in by_kind(results, BASELINE) + models:
         label = "baseline" if result["kind"] == BASELINE else f"λ={format_lambda(result['l0_lambda'])}"
+        if mixed and result["kind"] != BASELINE and protocol_of(result) == QUICK:
+            label += " (quick)"
         points.append((label, int(result["heads_kept"]["enc-self"]), float(result["bleu"])))
     return points
 
