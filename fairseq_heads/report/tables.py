@@ -116,17 +116,12 @@ def head_functions(labels: str) -> List[str]:
 
 
 def encoder_sweep_points(results: Sequence[dict]) -> List[Tuple[str, int, float]]:
-    """(label, encoder heads kept, BLEU) of the baseline and each encoder-only L0 model; beside
-    converged models a quick-protocol model's label says "(quick)", as the two are not comparable."""
+    """(label, encoder heads kept, BLEU) of the baseline and each encoder-only L0 model, labelled
+    by `lambda_texts` (which names the protocol where they mix)."""
     models = by_kind(results, ENCODER_L0)
-    mixed = len({protocol_of(r) for r in models}) > 1
-    points = []
-    for result in by_kind(results, BASELINE) + models:
-        label = "baseline" if result["kind"] == BASELINE else f"λ={format_lambda(result['l0_lambda'])}"
-        if mixed and result["kind"] != BASELINE and protocol_of(result) == QUICK:
-            label += " (quick)"
-        points.append((label, int(result["heads_kept"]["enc-self"]), float(result["bleu"])))
-    return points
+    labels = ["baseline" for _ in by_kind(results, BASELINE)] + [f"λ={t}" for t in lambda_texts(models)]
+    return [(label, int(result["heads_kept"]["enc-self"]), float(result["bleu"]))
+            for label, result in zip(labels, by_kind(results, BASELINE) + models)]
 
 
 def curve_points(curve_rows: Sequence[Dict[str, str]]) -> List[Tuple[int, float]]:

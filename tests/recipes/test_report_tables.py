@@ -47,9 +47,9 @@ def test_encoder_table_leads_with_converged_and_labels_the_quick_rows():
                                                     12.0, 1]
     assert cells(table, "λ=0.1")[1] == "quick, 150 updates"  # no converged run at λ=0.1
     assert "quick protocol" in table.note
-    # the figure's points are the table's headline rows; the quick one beside a converged one says so
+    # the figure's points are the table's headline rows; where protocols mix, each says its own
     assert tables.encoder_sweep_points(tables.headline(results)) == [
-        ("baseline", 4, 32.0), ("λ=0.1 (quick)", 3, 30.0), ("λ=1", 2, 21.0)]
+        ("baseline", 4, 32.0), ("λ=0.1 (quick)", 3, 30.0), ("λ=1 (converged)", 2, 21.0)]
 
 
 def test_all_types_table_pairs_from_scratch_with_its_source():
