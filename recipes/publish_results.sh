@@ -6,7 +6,8 @@
 # Checkpoints, data and logs stay behind. DOCS is written under a temporary name, then renamed.
 #
 # The traces of an L0 phase still running (models/<m>_l0.partial/) are copied too, and drawn
-# as such; the finished phase replaces them in a later --merge.
+# as such; the finished phase replaces them in a later --merge, and keeps out those of a re-run
+# (a session whose results folder was lost trains the phase again).
 # --merge: DOCS keeps what it holds (its README, the results of earlier sessions) and the files
 # of RESULTS are added to it or replace their namesakes; RESULTS needs no report, and none is
 # copied: render it on the merged folder afterwards (`fairseq-heads report DOCS`). For a plan
@@ -55,8 +56,10 @@ for f in models/*/gate_trace.jsonl models/*/validations*.jsonl; do
   mkdir -p "$tmp/$(dirname "$f")"
   gzip -9nc "$f" > "$tmp/$f.gz"
 done
-for d in models/*_l0; do  # a finished L0 phase: its running copy of an earlier --merge goes
-  [ ! -d "$d" ] || rm -rf "${tmp:?}/$d.partial"
+# a finished L0 phase, of this or an earlier session, drops its running copy (that of an earlier
+# --merge, or of a re-run after a results folder was lost)
+for d in "$tmp"/models/*_l0; do
+  [ ! -d "$d" ] || rm -rf "${d:?}.partial"
 done
 [ ! -d "$tmp/stats" ] || find "$tmp/stats" -name heads.json -exec sed -i "s#\"$src/#\"#g" {} +
 chmod -R a+rX "$tmp"

@@ -10,8 +10,8 @@
 # BASELINE, SCALE (cpu|toy), PROTOCOL (converged|quick; default converged, toy: quick), SEEDS,
 # LAMBDAS_ENC, LAMBDAS_ALL, SCRATCH_LAMBDAS, FINETUNE_UPDATES (quick), GATE_LR_SCALE,
 # GATE_TRACE_INTERVAL, VALIDATE_UPDATES, PLATEAU_VALIDATIONS, PLATEAU_LOSS_TOLERANCE, PATIENCE,
-# L0_MAX_UPDATES, FIXED_MASK_MAX_UPDATES, SCRATCH_MAX_UPDATES (converged), THREADS (default 2). The commands behind docs/results/multi30k_en_de are
-# in its README.
+# L0_MAX_UPDATES, FIXED_MASK_MAX_UPDATES, SCRATCH_MAX_UPDATES (converged), THREADS (default 2).
+# The commands behind docs/results/multi30k_en_de are in its README.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)

@@ -54,6 +54,12 @@ def test_merge_adds_a_sessions_results_to_the_published_ones(tmp_path):
     assert publish("--merge", later, docs).returncode == 0
     assert "models/d_l0/gate_trace.jsonl.gz" in files(docs)
     assert not any(f.startswith("models/d_l0.partial/") for f in files(docs))
+    # a later session trains d's L0 phase again (its results folder was lost): the published
+    # finished phase stays the only one
+    again = a_session(tmp_path / "again")
+    assert publish("--merge", again, docs).returncode == 0
+    assert "models/d_l0/gate_trace.jsonl.gz" in files(docs)
+    assert not any(f.startswith("models/d_l0.partial/") for f in files(docs))
 
 
 def test_merge_into_a_new_folder_and_without_merge_the_folder_is_replaced(tmp_path):
