@@ -118,10 +118,10 @@ def head_functions(labels: str) -> List[str]:
 def encoder_sweep_points(results: Sequence[dict]) -> List[Tuple[str, int, float]]:
     """(label, encoder heads kept, BLEU) of the baseline and each encoder-only L0 model, labelled
     by `lambda_texts` (which names the protocol where they mix)."""
-    models = by_kind(results, ENCODER_L0)
-    labels = ["baseline" for _ in by_kind(results, BASELINE)] + [f"λ={t}" for t in lambda_texts(models)]
+    baselines, models = by_kind(results, BASELINE), by_kind(results, ENCODER_L0)
+    labels = ["baseline"] * len(baselines) + [f"λ={text}" for text in lambda_texts(models)]
     return [(label, int(result["heads_kept"]["enc-self"]), float(result["bleu"]))
-            for label, result in zip(labels, by_kind(results, BASELINE) + models)]
+            for label, result in zip(labels, baselines + models)]
 
 
 def curve_points(curve_rows: Sequence[Dict[str, str]]) -> List[Tuple[int, float]]:
