@@ -202,17 +202,24 @@ def lm_batches(count, bsz, length, device, seed=2):
     return batches
 
 
-def bench_training(build, plain_arch, gated_arch, batches, rounds, device, dtype, data_dir):
+def build_variants(build, plain_arch, gated_arch, device, dtype, data_dir):
+    """The plain model and its gated twins (VARIANTS), all with the plain model's weights."""
     torch.manual_seed(1)
-    _, plain, criterion, _ = build(data_dir, plain_arch, device, dtype)
+    task, plain, criterion, _ = build(data_dir, plain_arch, device, dtype)
     models = {"plain": plain}
     for name in VARIANTS[1:]:
         _, gated, _, _ = build(data_dir, gated_arch, device, dtype)
         gated.load_state_dict(plain.state_dict(), strict=False)
         if name == "gated-half":
             close_half(gated)
-        models[name] = gated.train()
-    plain.train()
+        models[name] = gated
+    return task, criterion, models
+
+
+def bench_training(build, plain_arch, gated_arch, batches, rounds, device, dtype, data_dir):
+    _, criterion, models = build_variants(build, plain_arch, gated_arch, device, dtype, data_dir)
+    for model in models.values():
+        model.train()
     optimizers = {n: torch.optim.Adam(m.parameters(), lr=1e-4) for n, m in models.items()}
 
     def work(name):
@@ -234,15 +241,9 @@ def bench_training(build, plain_arch, gated_arch, batches, rounds, device, dtype
 
 
 def bench_generate(data_dir, rounds, device, dtype, sentences):
-    torch.manual_seed(1)
-    task, plain, _, _ = build_nmt(data_dir, "transformer", device, dtype)
-    models = {"plain": plain.eval()}
-    for name in VARIANTS[1:]:
-        _, gated, _, _ = build_nmt(data_dir, "gated_transformer", device, dtype)
-        gated.load_state_dict(plain.state_dict(), strict=False)
-        if name == "gated-half":
-            close_half(gated)
-        models[name] = gated.eval()
+    task, _, models = build_variants(build_nmt, "transformer", "gated_transformer", device, dtype, data_dir)
+    for model in models.values():
+        model.eval()
     batch = nmt_batches(task, 1, sentences * 25, device, seed=3)[0]
     sample = {"net_input": {k: batch["net_input"][k] for k in ("src_tokens", "src_lengths")}}
     generators = {}
@@ -265,15 +266,9 @@ def bench_generate(data_dir, rounds, device, dtype, sentences):
 
 
 def bench_stats(data_dir, rounds, device, dtype):
-    torch.manual_seed(1)
-    task, plain, _, _ = build_nmt(data_dir, "transformer", device, dtype)
-    models = {"plain": plain.eval()}
-    for name in VARIANTS[1:]:
-        _, gated, _, _ = build_nmt(data_dir, "gated_transformer", device, dtype)
-        gated.load_state_dict(plain.state_dict(), strict=False)
-        if name == "gated-half":
-            close_half(gated)
-        models[name] = gated.eval()
+    task, _, models = build_variants(build_nmt, "transformer", "gated_transformer", device, dtype, data_dir)
+    for model in models.values():
+        model.eval()
     batch = nmt_batches(task, 1, 512, device, seed=4)[0]
     net_input, target = batch["net_input"], batch["target"]
     mask = target.ne(task.target_dictionary.pad())
