@@ -89,6 +89,16 @@ class HeadCountMismatchError(SystemExit):
         return self.message
 
 
+def gate_built_model(model: nn.Module, args) -> nn.Module:
+    """What every gated model adds to its plain parent's build_model: the gates, then (physical
+    pruning, fairseq_heads/pruning) a pruned checkpoint's smaller attention blocks, rebuilt
+    before fairseq loads its state dict, and the top-K head rule of a --target-heads run
+    (model options head_layout / head_target), then --train-gates-only / --freeze-decoder."""
+    model = apply_head_layout(add_gates(model, args), args)
+    freeze_parameters(model, args)
+    return model
+
+
 def check_plain_checkpoint_heads(model: nn.Module, state_dict) -> None:
     """Refuse weights trained with other head counts than `model` has (a plain checkpoint, or
     the ungated side of a gated one).
@@ -129,13 +139,7 @@ class GatedTransformerModel(TransformerModel):
     def build_model(cls, args, task):
         gate_defaults(args)
         parse_attention_types(args.gated_attention)  # fail before building anything
-        model = add_gates(super().build_model(args, task), args)
-        # --- physical pruning (fairseq_heads/pruning): rebuild a pruned checkpoint's smaller
-        # attention blocks before fairseq loads its state dict, and re-install the top-K head
-        # rule of a --target-heads run (model options head_layout / head_target). ---
-        model = apply_head_layout(model, args)
-        freeze_parameters(model, args)
-        return model
+        return gate_built_model(super().build_model(args, task), args)
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         check_plain_checkpoint_heads(self, state_dict)

@@ -11,11 +11,9 @@ from fairseq.models import register_model
 from fairseq.models.transformer_lm import TransformerLanguageModel, TransformerLanguageModelConfig
 
 from .gate_options import gate_fields
-from .head_layout import apply_head_layout
 from .gated_transformer import (
-    add_gates,
     check_plain_checkpoint_heads,
-    freeze_parameters,
+    gate_built_model,
     parse_attention_types,
     register_gated_counterparts,
 )
@@ -36,11 +34,7 @@ class GatedTransformerLanguageModel(TransformerLanguageModel):
     def build_model(cls, args, task):
         if parse_attention_types(args.gated_attention) != {"dec-self"}:
             raise ValueError("--gated-attention: a decoder-only language model has only dec-self attention")
-        model = add_gates(super().build_model(args, task), args)
-        # --- physical pruning: a pruned checkpoint's smaller blocks (see gated_transformer.py) ---
-        model = apply_head_layout(model, args)
-        freeze_parameters(model, args)
-        return model
+        return gate_built_model(super().build_model(args, task), args)
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         check_plain_checkpoint_heads(self, state_dict)

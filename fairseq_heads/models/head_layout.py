@@ -145,8 +145,9 @@ def parse_head_layout(text: str) -> HeadLayout:
 def apply_head_layout(model: nn.Module, args) -> nn.Module:
     """Give a freshly built model the pruned shapes named by args.head_layout (if any).
 
-    Called by `gated_transformer.build_model` so that fairseq's CLIs can load pruned state
-    dicts: the weights that survive slicing here are overwritten by the checkpoint's. Also
+    Called by `gated_transformer.gate_built_model` (both models' build_model) so that
+    fairseq's CLIs can load pruned state dicts: the weights that survive slicing here are
+    overwritten by the checkpoint's. Also
     attaches the head-target record (head_target.py), restored with the state dict.
     """
     text = getattr(args, "head_layout", None)
