@@ -147,8 +147,8 @@ def apply_head_layout(model: nn.Module, args) -> nn.Module:
 
     Called by `gated_transformer.gate_built_model` (both models' build_model) so that
     fairseq's CLIs can load pruned state dicts: the weights that survive slicing here are
-    overwritten by the checkpoint's. Also
-    attaches the head-target record (head_target.py), restored with the state dict.
+    overwritten by the checkpoint's. Also attaches the head-target record (head_target.py),
+    restored with the state dict.
     """
     text = getattr(args, "head_layout", None)
     if text:
