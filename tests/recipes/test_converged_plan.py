@@ -76,6 +76,9 @@ def test_no_two_runs_train_the_same_model():
     for lam in ("0.005", "0.02"):
         for seed in (1, 2):
             assert {f"all_l0_{lam}_conv_s{seed}", f"scratch_all_l0_{lam}_conv_s{seed}"} <= set(seen)
+    # and the full layout both ways: the lambda=0 control and all 144 heads from scratch, in
+    # one run, so that no other chain trains the control's model beside it
+    assert seen["all_l0_0_conv_s1"] == seen["scratch_all_l0_0_conv_s1"]
 
 
 @pytest.mark.parametrize("chain", ["", "C", "a"])
