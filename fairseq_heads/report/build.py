@@ -172,6 +172,11 @@ def _all_types_section(inputs: Inputs, draw: Callable) -> Section:
                      ("Trained vs from scratch over the seeds", tables.seed_summary_table(inputs.results))]
     except MissingInput as missing:
         captions.append((f"{fair}: not computed ({missing})", Table([], [])))
+    relative = "Trained vs from scratch, each against its own full layout"
+    try:
+        captions.append((relative, tables.pruning_cost_table(inputs.results, inputs.translations)))
+    except MissingInput as missing:
+        captions.append((f"{relative}: not computed ({missing})", Table([], [])))
     return Section("2. All attention types pruned: heads kept, BLEU from trained vs from scratch",
                    captions, [])
 

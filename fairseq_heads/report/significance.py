@@ -6,7 +6,7 @@ so every resample is scored by exactly the BLEU of the tables; a resample is a w
 those rows, not a re-tokenisation. sacreBLEU's own significance module works the same way,
 through the same two `BLEU` methods used here.
 """
-from typing import List, NamedTuple, Sequence
+from typing import NamedTuple, Sequence, Tuple
 
 import numpy as np
 
@@ -38,16 +38,32 @@ def resample_counts(sentences: int, samples: int, seed: int) -> np.ndarray:
     return np.stack([np.bincount(row, minlength=sentences) for row in draws])
 
 
+def bootstrap_bleu(systems: Sequence[np.ndarray], samples: int = DEFAULT_SAMPLES,
+                   seed: int = DEFAULT_SEED) -> Tuple[np.ndarray, np.ndarray]:
+    """Corpus BLEU of each system on the whole test set, shape (systems,), and on each of
+    `samples` resamples of its sentences, shape (samples, systems): every system is scored on
+    the same resampled sentences (arrays from `sentence_statistics` on the same references)."""
+    if any(s.shape != systems[0].shape for s in systems):
+        raise ValueError("statistics of different test sets: "
+                         + " vs ".join(str(s.shape) for s in systems))
+    counts = resample_counts(systems[0].shape[0], samples, seed)
+    resampled = np.array([[bleu_from_statistics(totals) for totals in counts @ system]
+                          for system in systems]).T
+    full = np.array([bleu_from_statistics(system.sum(0)) for system in systems])
+    return full, resampled
+
+
+def contrast(full: np.ndarray, resampled: np.ndarray, weights: Sequence[float]) -> BleuDifference:
+    """sum_i weights[i] * BLEU(system i), with the 95% percentile interval of the same sum over
+    the paired resamples (`bootstrap_bleu`'s output). Weights (1, -1) give a difference of two
+    systems; (1, -1, -1, 1) a difference of two differences."""
+    weights = np.asarray(weights, dtype=float)
+    low, high = np.percentile(resampled @ weights, [2.5, 97.5])
+    return BleuDifference(float(full @ weights), float(low), float(high), resampled.shape[0])
+
+
 def paired_bootstrap(system: np.ndarray, reference_system: np.ndarray,
                      samples: int = DEFAULT_SAMPLES, seed: int = DEFAULT_SEED) -> BleuDifference:
     """BLEU(system) - BLEU(reference_system) with a 95% percentile interval, both systems scored on
     the same resampled sentences (arrays from `sentence_statistics` on the same references)."""
-    if system.shape != reference_system.shape:
-        raise ValueError(f"statistics of different test sets: {system.shape} vs {reference_system.shape}")
-    counts = resample_counts(system.shape[0], samples, seed)
-    deltas: List[float] = []
-    for sys_totals, ref_totals in zip(counts @ system, counts @ reference_system):
-        deltas.append(bleu_from_statistics(sys_totals) - bleu_from_statistics(ref_totals))
-    delta = bleu_from_statistics(system.sum(0)) - bleu_from_statistics(reference_system.sum(0))
-    low, high = np.percentile(deltas, [2.5, 97.5])
-    return BleuDifference(float(delta), float(low), float(high), samples)
+    return contrast(*bootstrap_bleu([system, reference_system], samples, seed), (1.0, -1.0))

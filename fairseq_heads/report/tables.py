@@ -248,6 +248,53 @@ def _converged_pairs(results: Sequence[dict]) -> List[Tuple[dict, dict]]:
                   key=lambda p: (p[0]["l0_lambda"], p[0].get("seed") or 1))
 
 
+def pruning_cost_table(results: Sequence[dict],
+                       translations: Dict[str, Tuple[List[str], List[str]]],
+                       samples: int = 1000) -> Table:
+    """Trained vs from scratch with each side measured against its own full layout, for the
+    pairs of `trained_vs_scratch_table` whose λ=0 control (`control_model`) was also trained
+    from scratch with all heads: cost from trained = BLEU(pruned) - BLEU(control), cost from
+    scratch = BLEU(layout from scratch) - BLEU(full layout from scratch), and trained's
+    advantage = the first minus the second (> 0: pruning the trained model loses less, the
+    paper's claim). It takes the two training schedules out of the comparison, which the
+    absolute one cannot. All four systems share each bootstrap resample, so the interval of
+    the difference of differences is paired too."""
+    from .significance import bootstrap_bleu, contrast, sentence_statistics
+
+    pairs = _converged_pairs(results)
+    scratch_of = {trained["name"]: scratch for trained, scratch in pairs}
+    rows = []
+    for trained, from_scratch in pairs:
+        control = control_model(trained, results)
+        full_scratch = scratch_of.get(control["name"]) if control else None
+        if full_scratch is None:
+            continue
+        systems = [trained, control, from_scratch, full_scratch]
+        missing = [r["name"] for r in systems if r["name"] not in translations]
+        if missing:
+            raise MissingInput("no fairseq-generate output (results/<model>/generate.txt) of " + ", ".join(missing))
+        full, resampled = bootstrap_bleu([sentence_statistics(*translations[r["name"]]) for r in systems],
+                                         samples)
+        costs = [contrast(full, resampled, weights)
+                 for weights in ((1, -1, 0, 0), (0, 0, 1, -1), (1, -1, -1, 1))]
+        kept = sum(trained["heads_kept"].values())
+        total = sum(trained["heads_total"].values())
+        rows.append([f"λ={format_lambda(trained['l0_lambda'])}", trained.get("seed"), f"{kept}/{total}",
+                     control["bleu"], full_scratch["bleu"],
+                     *(value for cost in costs for value in (cost.delta, cost.ci_low, cost.ci_high))])
+    if not rows:
+        raise MissingInput("no converged λ=0 control with its full layout trained from scratch "
+                           "(scratch_all_l0_0_conv_s<seed>)")
+    return Table(["layout", "seed", "heads kept", "BLEU full layout, trained (λ=0 control)",
+                  "BLEU full layout, scratch", "cost from trained", "95% CI low", "95% CI high",
+                  "cost from scratch", "95% CI low", "95% CI high", "trained's advantage",
+                  "95% CI low", "95% CI high"], rows,
+                 "cost = BLEU of the pruned layout - BLEU of the full layout trained the same way; "
+                 "trained's advantage = cost from trained - cost from scratch (> 0: pruning the "
+                 f"trained model loses less); paired bootstrap over the test sentences, {samples} "
+                 "resamples shared by all four models")
+
+
 def seed_summary_table(results: Sequence[dict]) -> Table:
     """Per layout of the fair comparison: mean BLEU of either side over the seeds, the seed
     spread (max - min) of either side, and the mean training updates of either side."""

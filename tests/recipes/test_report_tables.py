@@ -5,6 +5,7 @@ import os
 import re
 
 import pytest
+from sacrebleu.metrics import BLEU
 
 from fairseq_heads.report import layout, tables
 from fairseq_heads.report.build import build_report, load_inputs, write_l0_points
@@ -292,7 +293,7 @@ def translations_of(results):
     """Every model translates each reference exactly, except the last `drop` words of some
     sentences: fewer with higher BLEU, so the paired differences point the tables' way."""
     drops = {"all_l0_1_conv_s1": 3, "all_l0_1_conv_s2": 4, "scratch_all_l0_1_conv_s1": 5,
-             "scratch_all_l0_1_conv_s2": 2}
+             "scratch_all_l0_1_conv_s2": 2, "scratch_all_l0_0_conv_s1": 1}
     out = {}
     for result in results:
         drop = drops.get(result["name"], 0)
@@ -348,6 +349,34 @@ def test_trained_vs_scratch_per_seed_with_intervals_and_updates():
         tables.trained_vs_scratch_table(RESULTS, translations_of(RESULTS))
 
 
+def test_pruning_cost_measures_each_side_against_its_own_full_layout():
+    with pytest.raises(tables.MissingInput, match="full layout trained from scratch"):
+        tables.pruning_cost_table(CONVERGED_RESULTS, translations_of(CONVERGED_RESULTS))
+    control = converged("all_l0_0_conv_s1", "all_l0", 26.0, {}, 1, l0_lambda=0.0, phases={
+        "l0": {"updates": 500, "converged_at": 500}, "fixed_mask": {"updates": 700}})
+    full_scratch = converged("scratch_all_l0_0_conv_s1", "from_scratch", 27.0, {}, 1,
+                             from_model="all_l0_0_conv_s1", phases={"from_scratch": {"updates": 3500}})
+    results = CONVERGED_RESULTS + [control, full_scratch]
+    translations = translations_of(results)
+    table = tables.pruning_cost_table(results, translations, samples=200)
+    # one row per seed of the λ=1 layout (seed 2 is measured against seed 1's control and its
+    # full scratch model, the only ones); the λ=0 pair itself is no row
+    assert [row[:5] for row in table.rows] == [["λ=1", 1, "7/12", 26.0, 27.0], ["λ=1", 2, "7/12", 26.0, 27.0]]
+    score = {name: BLEU().corpus_score(h, [r]).score for name, (h, r) in translations.items()}
+    for row, seed in zip(table.rows, (1, 2)):
+        trained = score[f"all_l0_1_conv_s{seed}"] - score["all_l0_0_conv_s1"]
+        scratch = score[f"scratch_all_l0_1_conv_s{seed}"] - score["scratch_all_l0_0_conv_s1"]
+        assert row[5] == pytest.approx(trained) and row[8] == pytest.approx(scratch)
+        assert row[11] == pytest.approx(trained - scratch)
+        for value, low, high in (row[5:8], row[8:11], row[11:14]):
+            assert low <= value <= high
+    # seed 1: pruning from trained drops 3 words' sentences, from scratch 5 against 1 -> trained loses less
+    assert table.rows[0][11] > 0
+    without = {k: v for k, v in translations.items() if k != "scratch_all_l0_0_conv_s1"}
+    with pytest.raises(tables.MissingInput, match="generate.txt. of scratch_all_l0_0_conv_s1$"):
+        tables.pruning_cost_table(results, without)
+
+
 def test_open_heads_series_counts_what_the_rule_keeps():
     updates, counts = tables.open_heads_series(trace_records())
     assert updates == [0, 5, 10]
@@ -369,6 +398,7 @@ def test_report_with_converged_results_has_the_fair_comparison_and_the_heads_dyi
     text = open(os.path.join(root, "tables.md")).read()
     assert "Trained vs from scratch, converged protocol, per seed" in text
     assert "Trained vs from scratch over the seeds" in text and "λ=1 (quick protocol)" in text
+    assert "each against its own full layout: not computed (no converged λ=0 control" in text
     # the heads-dying figure is the slow-gate run's; every traced run is in the open-heads figure
     assert "P(open) of every head over fine-tuning, λ=1, converged, gate lr ×100" in text
     assert os.path.getsize(os.path.join(root, "figures", "open_heads.png")) > 1000

@@ -8,8 +8,8 @@ from sacrebleu.metrics import BLEU
 
 from fairseq_heads.report import tables
 from fairseq_heads.report.build import build_report, load_inputs
-from fairseq_heads.report.significance import (bleu_from_statistics, paired_bootstrap,
-                                               resample_counts, sentence_statistics)
+from fairseq_heads.report.significance import (bleu_from_statistics, bootstrap_bleu, contrast,
+                                               paired_bootstrap, resample_counts, sentence_statistics)
 
 from .hand_made_results import RESULTS, write_results_dir
 
@@ -71,11 +71,30 @@ def test_a_one_sentence_difference_is_not_significant():
     assert difference.delta != 0 and difference.ci_low <= 0 <= difference.ci_high
 
 
+def test_contrasts_share_the_resamples_of_all_systems():
+    references = corpus()
+    x = sentence_statistics(damaged(references, 0.5, seed=8), references)
+    y = sentence_statistics(damaged(references, 0.2, seed=9), references)
+    full, resampled = bootstrap_bleu([x, y, y, x], samples=200)
+    assert resampled.shape == (200, 4) and full[0] == full[3] and full[1] == full[2]
+    two = paired_bootstrap(x, y, samples=200)
+    assert contrast(full, resampled, (1, -1, 0, 0)) == two
+    # a difference of differences: (x - y) - (y - x) is twice x - y on every resample ...
+    doubled = contrast(full, resampled, (1, -1, -1, 1))
+    assert doubled.delta == pytest.approx(2 * two.delta)
+    assert (doubled.ci_low, doubled.ci_high) == pytest.approx((2 * two.ci_low, 2 * two.ci_high))
+    # ... and (x - y) - (x - y) is nothing on every resample
+    nothing = contrast(full, resampled, (1, -1, 1, -1))
+    assert tuple(nothing) == pytest.approx((0.0, 0.0, 0.0, 200), abs=1e-9)
+
+
 def test_statistics_of_different_test_sets_are_refused():
     a = sentence_statistics(corpus(10), corpus(10))
     b = sentence_statistics(corpus(12), corpus(12))
     with pytest.raises(ValueError, match="different test sets"):
         paired_bootstrap(a, b, samples=10)
+    with pytest.raises(ValueError, match="different test sets"):
+        bootstrap_bleu([a, a, b], samples=10)
     with pytest.raises(ValueError, match="2 hypotheses but 3 references"):
         sentence_statistics(["a", "b"], ["a", "b", "c"])
 
