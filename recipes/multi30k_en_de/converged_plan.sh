@@ -33,7 +33,8 @@
 #   6 all types lambda=0.02, seed 2, and from scratch                                  chain A
 #   7 all types lambda=0.005, seed 2, and from scratch                                 chain B
 #   8 all types lambda=0.02 at gate lr x100 (item 3): its L0 phase, the heads-dying    chain B
-#     figure, is published (stop 13); what is left is its fixed-mask phase and BLEU
+#     figure, is published (stop 13; trained again in stop 25, the same mask); what is left
+#     is its fixed-mask phase and BLEU
 # The encoder lambda=0.005 model is not in the plan: its results are committed
 # (docs/results/multi30k_en_de, stop 12); the report reads them from there.
 #
