@@ -5,7 +5,7 @@
 # (3 lambdas, the quick protocol) with BLEU, the heuristic-pruning curve and the report; the
 # committed subset of the results then goes to docs/results/multi30k_en_de_base_gpu/
 # (recipes/publish_results.sh). Measured on an H200 (stop 26, docs/results/multi30k_en_de_base_gpu):
-# ~8.5 min up to the curve with BASELINE_MINUTES=2.5, which trains only 942 updates (BLEU 17.1).
+# ~8.7 min up to the curve with BASELINE_MINUTES=2.5, which trains only 942 updates (BLEU 17.1).
 # Not bf16: fairseq 0.12's command line ties --bf16 to TPUs
 # (fairseq/options.py sets --tpu with it).
 #
