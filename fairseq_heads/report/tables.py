@@ -257,34 +257,75 @@ def pruning_cost_table(results: Sequence[dict],
     scratch = BLEU(layout from scratch) - BLEU(full layout from scratch), and trained's
     advantage = the first minus the second (> 0: pruning the trained model loses less, the
     paper's claim). It takes the two training schedules out of the comparison, which the
-    absolute one cannot. All four systems share each bootstrap resample, so the interval of
-    the difference of differences is paired too."""
+    absolute one cannot. A layout with several seeds gets a row of the three contrasts
+    averaged over its seeds, and several layouts a row averaged over every pair. Every system
+    shares each bootstrap resample, so the intervals of differences of differences, and of
+    their means, are paired too; they hold the test set's sampling, not the seed's."""
+    import numpy as np
+
     from .significance import bootstrap_bleu, contrast, sentence_statistics
 
     pairs = _converged_pairs(results)
     scratch_of = {trained["name"]: scratch for trained, scratch in pairs}
-    rows = []
+    # (trained, control, from scratch, full layout from scratch) per seed, grouped by layout
+    quadruples: Dict[float, List[List[dict]]] = {}
+    # a control counts only with its full layout from scratch: a seed whose own pair is not
+    # finished yet is measured against the lowest seed's full layouts meanwhile
+    complete = [r for r in results if r.get("l0_lambda") != 0 or r["name"] in scratch_of]
     for trained, from_scratch in pairs:
-        control = control_model(trained, results)
+        control = control_model(trained, complete)
         full_scratch = scratch_of.get(control["name"]) if control else None
-        if full_scratch is None:
-            continue
-        systems = [trained, control, from_scratch, full_scratch]
-        missing = [r["name"] for r in systems if r["name"] not in translations]
-        if missing:
-            raise MissingInput("no fairseq-generate output (results/<model>/generate.txt) of " + ", ".join(missing))
-        full, resampled = bootstrap_bleu([sentence_statistics(*translations[r["name"]]) for r in systems],
-                                         samples)
-        costs = [contrast(full, resampled, weights)
-                 for weights in ((1, -1, 0, 0), (0, 0, 1, -1), (1, -1, -1, 1))]
-        kept = sum(trained["heads_kept"].values())
-        total = sum(trained["heads_total"].values())
-        rows.append([f"λ={format_lambda(trained['l0_lambda'])}", trained.get("seed"), f"{kept}/{total}",
-                     control["bleu"], full_scratch["bleu"],
-                     *(value for cost in costs for value in (cost.delta, cost.ci_low, cost.ci_high))])
-    if not rows:
+        if full_scratch is not None:
+            quadruples.setdefault(trained["l0_lambda"], []).append([trained, control, from_scratch, full_scratch])
+    if not quadruples:
         raise MissingInput("no converged λ=0 control with its full layout trained from scratch "
                            "(scratch_all_l0_0_conv_s<seed>)")
+    systems: List[dict] = []
+    for group in quadruples.values():
+        for model in (m for quadruple in group for m in quadruple):
+            if all(model["name"] != s["name"] for s in systems):
+                systems.append(model)
+    missing = [r["name"] for r in systems if r["name"] not in translations]
+    if missing:
+        raise MissingInput("no fairseq-generate output (results/<model>/generate.txt) of " + ", ".join(missing))
+    # one bootstrap for every system, so that rows pooling several seeds are paired too
+    full, resampled = bootstrap_bleu([sentence_statistics(*translations[r["name"]]) for r in systems], samples)
+    index = {r["name"]: i for i, r in enumerate(systems)}
+
+    def costs(group: List[List[dict]]) -> List[float]:
+        """The three contrasts averaged over the quadruples of `group` (one seed each)."""
+        cells = []
+        for signs in ((1, -1, 0, 0), (0, 0, 1, -1), (1, -1, -1, 1)):
+            weights = np.zeros(len(systems))
+            for quadruple in group:
+                for model, sign in zip(quadruple, signs):
+                    weights[index[model["name"]]] += sign / len(group)
+            cost = contrast(full, resampled, weights)
+            cells += [cost.delta, cost.ci_low, cost.ci_high]
+        return cells
+
+    def kept(trained: dict) -> str:
+        return f"{sum(trained['heads_kept'].values())}/{sum(trained['heads_total'].values())}"
+
+    def same(models: List[dict], field: str):
+        values = {m[field] for m in models}
+        return values.pop() if len(values) == 1 else None
+
+    rows = []
+    for l0_lambda, group in sorted(quadruples.items()):
+        for quadruple in group:
+            trained, control, _, full_scratch = quadruple
+            rows.append([f"λ={format_lambda(l0_lambda)}", trained.get("seed"), kept(trained),
+                         control["bleu"], full_scratch["bleu"], *costs([quadruple])])
+        if len(group) > 1:
+            rows.append([f"λ={format_lambda(l0_lambda)}",
+                         "mean of " + " ".join(str(q[0].get("seed")) for q in group),
+                         " ".join(kept(q[0]) for q in group), same([q[1] for q in group], "bleu"),
+                         same([q[3] for q in group], "bleu"), *costs(group)])
+    every = [quadruple for group in quadruples.values() for quadruple in group]
+    if len(quadruples) > 1:
+        rows.append(["all layouts", f"mean of {len(every)} pairs", "-", same([q[1] for q in every], "bleu"),
+                     same([q[3] for q in every], "bleu"), *costs(every)])
     return Table(["layout", "seed", "heads kept", "BLEU full layout, trained (λ=0 control)",
                   "BLEU full layout, scratch", "cost from trained", "95% CI low", "95% CI high",
                   "cost from scratch", "95% CI low", "95% CI high", "trained's advantage",
@@ -292,7 +333,9 @@ def pruning_cost_table(results: Sequence[dict],
                  "cost = BLEU of the pruned layout - BLEU of the full layout trained the same way; "
                  "trained's advantage = cost from trained - cost from scratch (> 0: pruning the "
                  f"trained model loses less); paired bootstrap over the test sentences, {samples} "
-                 "resamples shared by all four models")
+                 "resamples shared by all models; a 'mean of' row averages its seeds' (or pairs') "
+                 "contrasts, and its interval holds the test set's sampling only, not the seed's: "
+                 "the seed spread is the rows above it")
 
 
 def seed_summary_table(results: Sequence[dict]) -> Table:
@@ -310,20 +353,27 @@ def seed_summary_table(results: Sequence[dict]) -> Table:
         values = [v for v in values if v is not None]
         return sum(values) / len(values) if values else None
 
+    def mean_count(values):  # updates: whole numbers in the table
+        value = mean(values)
+        return None if value is None else round(value)
+
+    def spread(values):
+        return max(values) - min(values) if len(values) > 1 else None
+
     rows = []
     for l0_lambda, group in sorted(grouped.items()):
         trained = [t["bleu"] for t, _ in group]
         scratch = [s["bleu"] for _, s in group]
         rows.append([f"λ={format_lambda(l0_lambda)}", " ".join(str(t.get("seed")) for t, _ in group),
-                     mean(trained), max(trained) - min(trained), mean(scratch), max(scratch) - min(scratch),
+                     mean(trained), spread(trained), mean(scratch), spread(scratch),
                      mean(scratch) - mean(trained),
-                     mean([None if _training_updates(t) is None else baseline_updates + _training_updates(t)
-                           for t, _ in group]),
-                     mean([_training_updates(s) for _, s in group])])
+                     mean_count([None if _training_updates(t) is None else baseline_updates + _training_updates(t)
+                                 for t, _ in group]),
+                     mean_count([_training_updates(s) for _, s in group])])
     return Table(["layout", "seeds", "BLEU trained (mean)", "seed spread trained", "BLEU scratch (mean)",
                   "seed spread scratch", "Δ scratch − trained (means)", "updates trained (mean)",
                   "updates scratch (mean)"], rows,
-                 "seed spread: max - min BLEU over the seeds; one seed gives a spread of 0")
+                 "seed spread: max - min BLEU over the seeds ('-': one seed, no spread)")
 
 
 def control_model(result: dict, results: Sequence[dict]) -> Optional[dict]:

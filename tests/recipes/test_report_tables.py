@@ -360,9 +360,14 @@ def test_pruning_cost_measures_each_side_against_its_own_full_layout():
     translations = translations_of(results)
     table = tables.pruning_cost_table(results, translations, samples=200)
     # one row per seed of the λ=1 layout (seed 2 is measured against seed 1's control and its
-    # full scratch model, the only ones); the λ=0 pair itself is no row
-    assert [row[:5] for row in table.rows] == [["λ=1", 1, "7/12", 26.0, 27.0], ["λ=1", 2, "7/12", 26.0, 27.0]]
+    # full scratch model, the only ones), then their mean; the λ=0 pair itself is no row
+    assert [row[:5] for row in table.rows] == [["λ=1", 1, "7/12", 26.0, 27.0], ["λ=1", 2, "7/12", 26.0, 27.0],
+                                               ["λ=1", "mean of 1 2", "7/12 7/12", 26.0, 27.0]]
     score = {name: BLEU().corpus_score(h, [r]).score for name, (h, r) in translations.items()}
+    mean = table.rows[2]
+    for column in (5, 8, 11):  # a mean of contrasts is the contrast of the means: linear in BLEU
+        assert mean[column] == pytest.approx((table.rows[0][column] + table.rows[1][column]) / 2)
+        assert mean[column + 1] <= mean[column] <= mean[column + 2]
     for row, seed in zip(table.rows, (1, 2)):
         trained = score[f"all_l0_1_conv_s{seed}"] - score["all_l0_0_conv_s1"]
         scratch = score[f"scratch_all_l0_1_conv_s{seed}"] - score["scratch_all_l0_0_conv_s1"]
@@ -373,6 +378,30 @@ def test_pruning_cost_measures_each_side_against_its_own_full_layout():
     # seed 1: from trained, 6 sentences lose a word against the control's 0; from scratch 10
     # against the full layout's 2: the trained side loses less
     assert table.rows[0][11] > 0
+    # a second layout (one seed): its own row, and a row averaged over all three pairs
+    second = [converged("all_l0_2_conv_s1", "all_l0", 24.5, LAYOUT_1, 1, l0_lambda=2.0, phases={
+                  "l0": {"updates": 700, "converged_at": 700}, "fixed_mask": {"updates": 800}}),
+              converged("scratch_all_l0_2_conv_s1", "from_scratch", 23.0, LAYOUT_1, 1,
+                        from_model="all_l0_2_conv_s1", phases={"from_scratch": {"updates": 3100}})]
+    both = tables.pruning_cost_table(results + second, translations_of(results + second), samples=200)
+    assert [row[:2] for row in both.rows] == [["λ=1", 1], ["λ=1", 2], ["λ=1", "mean of 1 2"], ["λ=2", 1],
+                                              ["all layouts", "mean of 3 pairs"]]
+    assert both.rows[:3] == table.rows  # one shared bootstrap: adding systems moves no interval
+    assert both.rows[4][11] == pytest.approx((both.rows[0][11] + both.rows[1][11] + both.rows[3][11]) / 3)
+    # seed 2's own full layouts: used once both are in, seed 1's until then
+    control_2 = converged("all_l0_0_conv_s2", "all_l0", 25.5, {}, 2, l0_lambda=0.0, phases={
+        "l0": {"updates": 500, "converged_at": 500}, "fixed_mask": {"updates": 800}})
+    scratch_2 = converged("scratch_all_l0_0_conv_s2", "from_scratch", 26.5, {}, 2,
+                          from_model="all_l0_0_conv_s2", phases={"from_scratch": {"updates": 3400}})
+    half = tables.pruning_cost_table(results + [control_2], translations_of(results + [control_2]), samples=200)
+    assert half.rows == table.rows
+    own = tables.pruning_cost_table(results + [control_2, scratch_2],
+                                    translations_of(results + [control_2, scratch_2]), samples=200)
+    assert [row[:5] for row in own.rows] == [["λ=1", 1, "7/12", 26.0, 27.0], ["λ=1", 2, "7/12", 25.5, 26.5],
+                                             ["λ=1", "mean of 1 2", "7/12 7/12", None, None]]
+    summary = tables.seed_summary_table(results + second)
+    assert [row[:4] for row in summary.rows] == [["λ=0", "1", 26.0, None], ["λ=1", "1 2", 24.5, 1.0],
+                                                  ["λ=2", "1", 24.5, None]]  # one seed: no spread
     without = {k: v for k, v in translations.items() if k != "scratch_all_l0_0_conv_s1"}
     with pytest.raises(tables.MissingInput, match="generate.txt. of scratch_all_l0_0_conv_s1$"):
         tables.pruning_cost_table(results, without)
