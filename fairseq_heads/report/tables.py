@@ -307,9 +307,8 @@ def pruning_cost_table(results: Sequence[dict],
     def kept(trained: dict) -> str:
         return f"{sum(trained['heads_kept'].values())}/{sum(trained['heads_total'].values())}"
 
-    def same(models: List[dict], field: str):
-        values = {m[field] for m in models}
-        return values.pop() if len(values) == 1 else None
+    def shared_bleu(models: List[dict]):  # the BLEU of the one model all rows share, else none
+        return models[0]["bleu"] if len({m["name"] for m in models}) == 1 else None
 
     rows = []
     for l0_lambda, group in sorted(quadruples.items()):
@@ -320,12 +319,12 @@ def pruning_cost_table(results: Sequence[dict],
         if len(group) > 1:
             rows.append([f"λ={format_lambda(l0_lambda)}",
                          "mean of " + " ".join(str(q[0].get("seed")) for q in group),
-                         " ".join(kept(q[0]) for q in group), same([q[1] for q in group], "bleu"),
-                         same([q[3] for q in group], "bleu"), *costs(group)])
+                         " ".join(kept(q[0]) for q in group), shared_bleu([q[1] for q in group]),
+                         shared_bleu([q[3] for q in group]), *costs(group)])
     every = [quadruple for group in quadruples.values() for quadruple in group]
     if len(quadruples) > 1:
-        rows.append(["all layouts", f"mean of {len(every)} pairs", "-", same([q[1] for q in every], "bleu"),
-                     same([q[3] for q in every], "bleu"), *costs(every)])
+        rows.append(["all layouts", f"mean of {len(every)} pairs", "-", shared_bleu([q[1] for q in every]),
+                     shared_bleu([q[3] for q in every]), *costs(every)])
     return Table(["layout", "seed", "heads kept", "BLEU full layout, trained (λ=0 control)",
                   "BLEU full layout, scratch", "cost from trained", "95% CI low", "95% CI high",
                   "cost from scratch", "95% CI low", "95% CI high", "trained's advantage",
