@@ -280,11 +280,9 @@ def pruning_cost_table(results: Sequence[dict],
     if not quadruples:
         raise MissingInput("no converged λ=0 control with its full layout trained from scratch "
                            "(scratch_all_l0_0_conv_s<seed>)")
-    systems: List[dict] = []
-    for group in quadruples.values():
-        for model in (m for quadruple in group for m in quadruple):
-            if all(model["name"] != s["name"] for s in systems):
-                systems.append(model)
+    # each model once (seeds share a control), in first-seen order
+    systems = list({m["name"]: m for group in quadruples.values() for quadruple in group
+                    for m in quadruple}.values())
     missing = [r["name"] for r in systems if r["name"] not in translations]
     if missing:
         raise MissingInput("no fairseq-generate output (results/<model>/generate.txt) of " + ", ".join(missing))
