@@ -214,13 +214,12 @@ step_stats() {
 }
 
 step_curve() {
-  # Only the encoder heads are scored, so the curve removes encoder heads: the x axis of the
-  # encoder-pruning figure. The L0 points are drawn beside it by the report, not here, so adding
-  # a lambda does not redo the curve.
-  awk -F, 'NR == 1 || $1 == "enc-self"' "$RESULTS/stats/baseline/heads.csv" > "$STEP_OUT/scores_enc_self.csv"
+  # The curve removes encoder heads only (--types): the x axis of the encoder-pruning figure.
+  # The L0 points are drawn beside it by the report, not here, so adding a lambda does not redo
+  # the curve.
   # shellcheck disable=SC2086
   fairseq-heads curve "$DATA_BIN" --path "$RESULTS/models/baseline/checkpoint.pt" \
-    --scores "$STEP_OUT/scores_enc_self.csv" --metric "$CURVE_METRIC" --steps "$CURVE_STEPS" \
+    --scores "$RESULTS/stats/baseline/heads.csv" --types enc-self --metric "$CURVE_METRIC" --steps "$CURVE_STEPS" \
     --gen-subset "$GEN_SUBSET" -s "$SRC" -t "$TGT" $CURVE_ARGS --out "$STEP_OUT/curve.csv"
 }
 

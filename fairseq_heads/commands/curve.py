@@ -18,6 +18,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metric", required=True, metavar="|".join(METRICS), help="score column")
     parser.add_argument("--steps", required=True, metavar="N,N,...",
                         help="increasing numbers of heads removed at which to measure BLEU, e.g. 0,4,8,16")
+    parser.add_argument("--types", metavar="TYPES", default=None,
+                        help="comma list of the attention types whose heads the curve removes "
+                             "(enc-self, dec-self, enc-dec); the others are kept whole and not "
+                             "counted (default: every type in the scores)")
     parser.add_argument("--rescore", action="store_true",
                         help="after each step, re-score the remaining heads with the gradient metric")
     parser.add_argument("--rescore-subset", default="valid",
@@ -52,11 +56,13 @@ def run(args) -> int:
         pruning_curve,
         read_overlay,
     )
+    from ..models.gated_transformer import parse_attention_types
     from ..pruning.importance import check_scores_match_model, read_head_scores
 
+    types = parse_attention_types(args.types, "--types") if args.types else None
     check_checkpoint_file(args.path)
     check_output_file(args.out, "--out")
-    scores = read_head_scores(args.scores, args.metric)
+    scores = read_head_scores(args.scores, args.metric, types)
     overlay = read_overlay(args.overlay) if args.overlay else []
     model, task = load_model_and_task(args.path, data_overrides(args.data, args.source_lang,
                                                                 args.target_lang))

@@ -10,7 +10,6 @@ from ..pruning.importance import (
     check_scores_match_model,
     keep_top_k,
     read_head_scores,
-    select_types,
 )
 
 
@@ -52,9 +51,7 @@ def run(args) -> int:
     if args.from_importance:
         if args.metric is None or args.keep is None:
             raise CommandError("--from-importance needs --metric and --keep")
-        scores = read_head_scores(args.from_importance, args.metric)  # checks the metric name first
-        if types:
-            scores = select_types(scores, types, args.from_importance)
+        scores = read_head_scores(args.from_importance, args.metric, types)  # checks the metric name first
     elif args.metric is not None or args.keep is not None or args.per_type:
         raise CommandError("--metric, --keep and --per-type go with --from-importance")
     if os.path.abspath(args.out) == os.path.abspath(args.path):

@@ -7,7 +7,7 @@ metric; ties keep the earlier (type, layer, head) first.
 """
 import math
 import os
-from typing import Dict, List, Mapping, Tuple
+from typing import Collection, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
@@ -22,9 +22,12 @@ REQUIRED_COLUMNS = KEY_COLUMNS
 HeadScores = Dict[str, List[List[float]]]  # type -> per layer, one score per head
 
 
-def read_head_scores(path: str, metric: str) -> HeadScores:
+def read_head_scores(path: str, metric: str, types: Optional[Collection[str]] = None) -> HeadScores:
     """{type: per layer, one `metric` score per head} from a scores CSV (module doc); every
-    head of a scored type must have a number (HeadPruningError naming the line otherwise)."""
+    head of a scored type must have a number (HeadPruningError naming the line otherwise).
+
+    types (`--types`): only the rows of these attention types are read (each must have rows);
+    the others are neither ranked nor pruned, and their cells are not checked."""
     if metric not in METRICS:
         raise HeadPruningError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
     if not os.path.isfile(path):
@@ -34,11 +37,16 @@ def read_head_scores(path: str, metric: str) -> HeadScores:
     if missing:
         raise HeadPruningError(f"{path}: missing column(s) {missing} (has {columns})")
     cells: Dict[str, Dict[Tuple[int, int], float]] = {}
+    in_file = []  # the attention types of the file, in order, read or not
     for line, row in rows:
         try:
             attention_type = row["type"]
             if attention_type not in ATTENTION_TYPES:
                 raise ValueError(f"unknown attention type {attention_type!r}")
+            if attention_type not in in_file:
+                in_file.append(attention_type)
+            if types is not None and attention_type not in types:
+                continue
             address = (int(row["layer"]), int(row["head"]))
             score = parse_number(row[metric])  # `stats` leaves a cell empty for NaN
         except (TypeError, ValueError) as error:
@@ -49,6 +57,11 @@ def read_head_scores(path: str, metric: str) -> HeadScores:
         if address in cells.setdefault(attention_type, {}):
             raise HeadPruningError(f"{path}:{line}: duplicate row for {attention_type} {address}")
         cells[attention_type][address] = score
+    if types is not None:
+        missing = [t for t in sorted(types) if t not in cells]
+        if missing:
+            raise HeadPruningError(f"{path}: no scores for --types {', '.join(missing)} "
+                                   f"(the file has {', '.join(in_file) or 'none'})")
     if not cells:
         raise HeadPruningError(f"{path}: no heads")
     scores: HeadScores = {}
@@ -61,16 +74,6 @@ def read_head_scores(path: str, metric: str) -> HeadScores:
                                    f"with heads 0..H-1 each")
         scores[attention_type] = rows
     return scores
-
-
-def select_types(scores: HeadScores, types, source: str) -> HeadScores:
-    """Only the scores of attention types `types` (`--types`): the others are neither ranked nor
-    pruned. Each named type must have scores."""
-    missing = [t for t in types if t not in scores]
-    if missing:
-        raise HeadPruningError(f"{source}: no scores for --types {', '.join(missing)} "
-                               f"(the file has {', '.join(scores)})")
-    return {t: rows for t, rows in scores.items() if t in types}
 
 
 def check_scores_match_model(scores: HeadScores, model_heads: Mapping[str, List[int]], source: str) -> None:

@@ -147,6 +147,34 @@ def test_curve_removes_the_lowest_scoring_heads_and_reports_bleu(plain_checkpoin
     assert (tmp_path / "curve.png").stat().st_size > 1000
 
 
+def test_curve_types_removes_only_the_named_types_heads(plain_checkpoint, toy_data_bin, tmp_path, capsys):
+    scores = write_scores(tmp_path / "heads.csv", ["enc-self", "dec-self", "enc-dec"])
+    out = tmp_path / "curve.csv"
+    curve = ["curve", str(toy_data_bin.data_bin), "--path", str(plain_checkpoint), "--scores", scores,
+             "--metric", "confidence", "--steps", "0,3,8", "--out", str(out), "--gen-subset", "valid",
+             "--limit", "4", "--beam", "1", "-s", "src", "-t", "tgt", "--max-len-b", "8"]
+    assert main([*curve, "--types", "enc-self"]) == 0
+    with open(out) as f:
+        rows = list(csv.DictReader(f))
+    # enc-self's 8 heads are all there is to remove; dec-self and enc-dec (scored lower or
+    # higher) are neither counted nor removed
+    assert [(int(r["heads_removed"]), int(r["heads_kept"])) for r in rows] == [(0, 8), (3, 5), (8, 0)]
+    with open(scores) as f:
+        ranked = sorted((r for r in csv.DictReader(f) if r["type"] == "enc-self"),
+                        key=lambda r: float(r["confidence"]))
+    assert rows[-1]["removed_heads"] == ";".join(f"enc-self:{r['layer']}:{r['head']}" for r in ranked)
+    capsys.readouterr()
+    out.unlink()
+    for types, message in (("encoder", "--types: unknown attention type(s) ['encoder']"),
+                           ("enc-self", "no scores for --types enc-self (the file has enc-dec)")):
+        if types == "enc-self":
+            scores = write_scores(tmp_path / "enc_dec.csv", ["enc-dec"])
+            curve[curve.index("--scores") + 1] = scores
+        assert main([*curve, "--types", types]) == 2
+        assert_one_line_error(capsys, "curve", message)
+        assert not out.exists()
+
+
 def test_curve_with_rescoring_runs(plain_checkpoint, toy_data_bin, tmp_path):
     scores = write_scores(tmp_path / "heads.csv", ["enc-dec"])
     out = tmp_path / "curve.csv"
