@@ -107,6 +107,15 @@ def load_model_and_task(path: str, overrides: Optional[Dict[str, str]] = None,
     return models[0], task
 
 
+def place_model(model, cpu: bool = False) -> bool:
+    """Move `model` to CUDA unless `cpu` (--cpu) is set or there is no CUDA; True when it is on
+    CUDA now (its batches must follow it there)."""
+    use_cuda = torch.cuda.is_available() and not cpu
+    if use_cuda:
+        model.cuda()
+    return use_cuda
+
+
 def is_language_model(model) -> bool:
     """A decoder-only language model (fairseq's FairseqLanguageModel)."""
     from fairseq.models import FairseqLanguageModel

@@ -7,6 +7,7 @@ import argparse
 import os
 
 from ..pruning.importance import METRICS
+from .device_options import add_device_and_batch_arguments, device_and_batch
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,16 +37,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--max-len-b", type=int, default=200, metavar="N",
                         help="longest hypothesis in tokens, as fairseq-generate (default: %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
     parser.add_argument("--remove-bpe", default="sentencepiece",
                         help="fairseq's --remove-bpe before BLEU (default: %(default)s; 'none' to keep)")
     parser.add_argument("--source-lang", "-s", default=None)
     parser.add_argument("--target-lang", "-t", default=None)
+    add_device_and_batch_arguments(parser, max_tokens=None, batch_size=64)
 
 
 def run(args) -> int:
     """Score the curve's steps, write CURVE.csv and its plot beside it (atomically)."""
-    from ..checkpoints import check_checkpoint_file, data_overrides, is_language_model, load_model_and_task
+    from ..checkpoints import (check_checkpoint_file, data_overrides, is_language_model,
+                               load_model_and_task, place_model)
     from ..files import atomic_path, check_output_file
     from ..files import write_text_atomic
     from ..heads import heads_per_layer
@@ -60,6 +62,7 @@ def run(args) -> int:
     from ..pruning.importance import check_scores_match_model, read_head_scores
 
     types = parse_attention_types(args.types, "--types") if args.types else None
+    device = device_and_batch(args)
     check_checkpoint_file(args.path)
     check_output_file(args.out, "--out")
     scores = read_head_scores(args.scores, args.metric, types)
@@ -67,6 +70,7 @@ def run(args) -> int:
     model, task = load_model_and_task(args.path, data_overrides(args.data, args.source_lang,
                                                                 args.target_lang))
     check_scores_match_model(scores, heads_per_layer(model), args.scores)
+    place_model(model, device.cpu)
     steps = parse_steps(args.steps, sum(len(r) for rows in scores.values() for r in rows))
     remove_bpe = None if args.remove_bpe == "none" else args.remove_bpe
 
@@ -78,9 +82,9 @@ def run(args) -> int:
               f"{score_name} {point.bleu:6.2f}", flush=True)
 
     points = pruning_curve(model, task, args.gen_subset, scores, steps, rescore=args.rescore,
-                           beam=args.beam, batch_size=args.batch_size, remove_bpe=remove_bpe,
+                           beam=args.beam, batch_size=device.batch_size, remove_bpe=remove_bpe,
                            limit=args.limit, rescore_subset=args.rescore_subset, progress=progress,
-                           max_len_b=args.max_len_b)
+                           max_len_b=args.max_len_b, max_tokens=device.max_tokens)
     write_text_atomic(args.out, curve_csv(points, language_model))
     png = os.path.splitext(args.out)[0] + ".png"
     with atomic_path(png) as tmp:

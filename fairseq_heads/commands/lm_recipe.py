@@ -5,6 +5,8 @@ Argument parsing and wiring only; the work is in `fairseq_heads.report.lm_report
 import argparse
 import os
 
+from .device_options import add_device_and_batch_arguments, device_and_batch
+
 
 def add_result_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `fairseq-heads lm-result`."""
@@ -22,6 +24,7 @@ def add_result_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results-dir", default=None, metavar="DIR",
                         help="paths in the file are relative to this folder (default: RESULTS for "
                              "--out RESULTS/results/NAME/result.json, else --out's folder)")
+    add_device_and_batch_arguments(parser, max_tokens=None, batch_size=16)
 
 
 def run_result(args) -> int:
@@ -30,6 +33,7 @@ def run_result(args) -> int:
     from ..checkpoints import check_checkpoint_file
     from ..report.lm_report import lm_model_result, write_lm_result
 
+    device = device_and_batch(args)
     check_checkpoint_file(args.path)
     check_output_file(args.out, "--out")
     if not os.path.isdir(args.data):
@@ -38,7 +42,9 @@ def run_result(args) -> int:
     results_dir = args.results_dir or (os.path.dirname(os.path.dirname(out_dir))
                                        if os.path.basename(os.path.dirname(out_dir)) == "results" else out_dir)
     result = lm_model_result(args.name, args.kind, args.path, args.data, args.subset, results_dir,
-                             l0_lambda=args.l0_lambda, from_model=args.from_model)
+                             l0_lambda=args.l0_lambda, from_model=args.from_model,
+                             batch_size=device.batch_size, max_tokens=device.max_tokens,
+                             cpu=device.cpu)
     write_lm_result(result, args.out)
     print(f"{args.name}: perplexity {result['perplexity']:.2f} ({args.subset})  heads kept "
           f"{result['heads_kept']}/{result['heads_total']}; wrote {args.out}")

@@ -11,6 +11,8 @@ from fairseq_heads.stats.labels import LabelThresholds, PAPER_THRESHOLDS
 from fairseq_heads.stats.metrics.positional import DEFAULT_OFFSETS
 from fairseq_heads.stats.streaming import DEFAULT_REPLICATES, DEFAULT_SEED
 
+from .device_options import add_device_and_batch_arguments, device_and_batch
+
 logger = logging.getLogger("fairseq_heads.stats")
 
 
@@ -55,9 +57,6 @@ def add_stats_arguments(parser: argparse.ArgumentParser) -> None:
                     help="probes per length (default: %(default)s)")
     parser.add_argument("--bootstrap-replicates", type=int, default=DEFAULT_REPLICATES)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
-    parser.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch")
-    parser.add_argument("--batch-size", type=int, default=None, help="sentences per batch")
-    parser.add_argument("--cpu", action="store_true", help="run on CPU even if CUDA is available")
     parser.add_argument("-s", "--source-lang", default=None)
     parser.add_argument("-t", "--target-lang", default=None)
     parser.add_argument("--log-format", default=None, choices=("none", "simple", "tqdm", "json"),
@@ -70,6 +69,7 @@ def _offsets(value: str, option: str):
     except ValueError:
         raise ValueError(f"{option}: expected a comma list of integers, got {value!r}") from None
 
+    add_device_and_batch_arguments(parser, max_tokens=4096, batch_size=None)
 
 def run_stats(args) -> int:
     """Check the inputs (one line each, before any model is loaded), compute and write DIR."""
@@ -80,7 +80,8 @@ def run_stats(args) -> int:
 
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
                         level=logging.INFO)
-    # Bad input fails here, in one line naming the file, before a model is loaded or run.
+    # Bad input fails here, in one line naming the option or file, before a model is loaded or run.
+    device = device_and_batch(args)
     stats.check_out_dir(args.out_dir)
     check_checkpoint_file(args.path)
     if args.conllu:
@@ -94,8 +95,8 @@ def run_stats(args) -> int:
         thresholds=LabelThresholds(args.positional_threshold, args.rare_threshold,
                                    args.syntactic_margin, args.previous_token_threshold,
                                    args.duplicate_token_threshold, args.induction_threshold),
-        replicates=args.bootstrap_replicates, seed=args.seed, max_tokens=args.max_tokens,
-        batch_size=args.batch_size, cpu=args.cpu, source_lang=args.source_lang,
+        replicates=args.bootstrap_replicates, seed=args.seed, max_tokens=device.max_tokens,
+        batch_size=device.batch_size, cpu=device.cpu, source_lang=args.source_lang,
         target_lang=args.target_lang, log_format=args.log_format, metrics=metrics)
     statistics = stats.compute_head_statistics(args.data, args.path, args.gen_subset, options)
     written = stats.write_statistics(statistics, args.out_dir)

@@ -56,9 +56,10 @@ def parse_steps(text: str, total_heads: int) -> List[int]:
     return steps
 
 
-def batches(task, subset: str, model: nn.Module, batch_size: int,
-            limit: Optional[int] = None) -> Iterator[dict]:
-    """The subset's sentences (the first `limit` by id), batched by length, in a fixed order."""
+def batches(task, subset: str, model: nn.Module, batch_size: Optional[int],
+            limit: Optional[int] = None, max_tokens: Optional[int] = None) -> Iterator[dict]:
+    """The subset's sentences (the first `limit` by id), batched by length, in a fixed order, on
+    the model's device (a batch is full at `batch_size` sentences or `max_tokens` tokens)."""
     task.load_dataset(subset)
     dataset = task.dataset(subset)
     indices = dataset.ordered_indices()
@@ -66,14 +67,16 @@ def batches(task, subset: str, model: nn.Module, batch_size: int,
         indices = indices[indices < limit]
     indices, _ = dataset.filter_indices_by_size(
         indices, utils.resolve_max_positions(task.max_positions(), model.max_positions()))
-    batch_sampler = dataset.batch_by_size(indices, max_sentences=batch_size)
-    return iterators.EpochBatchIterator(dataset, dataset.collater, batch_sampler,
-                                        num_workers=0).next_epoch_itr(shuffle=False)
+    batch_sampler = dataset.batch_by_size(indices, max_tokens=max_tokens, max_sentences=batch_size)
+    samples = iterators.EpochBatchIterator(dataset, dataset.collater, batch_sampler,
+                                           num_workers=0).next_epoch_itr(shuffle=False)
+    on_cuda = next(model.parameters()).is_cuda
+    return (utils.move_to_cuda(sample) if on_cuda else sample for sample in samples)
 
 
-def translate(model: nn.Module, task, subset: str, beam: int = 5, batch_size: int = 64,
+def translate(model: nn.Module, task, subset: str, beam: int = 5, batch_size: Optional[int] = 64,
               remove_bpe: Optional[str] = "sentencepiece", limit: Optional[int] = None,
-              max_len_b: int = 200):
+              max_len_b: int = 200, max_tokens: Optional[int] = None):
     """(hypotheses, references) as detokenised strings, in sentence-id order."""
     model.eval()
     generator = task.build_generator([model], Namespace(beam=beam, max_len_b=max_len_b))
@@ -81,10 +84,10 @@ def translate(model: nn.Module, task, subset: str, beam: int = 5, batch_size: in
     strip = generator.symbols_to_strip_from_output if hasattr(generator, "symbols_to_strip_from_output") else None
     out = {}
     with torch.no_grad():
-        for sample in batches(task, subset, model, batch_size, limit):
+        for sample in batches(task, subset, model, batch_size, limit, max_tokens):
             hypos = task.inference_step(generator, [model], sample)
             for i, sentence_id in enumerate(sample["id"].tolist()):
-                reference = utils.strip_pad(sample["target"][i], tgt_dict.pad())
+                reference = utils.strip_pad(sample["target"][i], tgt_dict.pad()).cpu()
                 out[sentence_id] = (
                     tgt_dict.string(hypos[i][0]["tokens"].int().cpu(), remove_bpe,
                                     extra_symbols_to_ignore=strip),
@@ -94,14 +97,14 @@ def translate(model: nn.Module, task, subset: str, beam: int = 5, batch_size: in
     return [out[i][0] for i in ids], [out[i][1] for i in ids]
 
 
-def perplexity(model: nn.Module, task, subset: str, batch_size: int = 16,
-               limit: Optional[int] = None) -> float:
+def perplexity(model: nn.Module, task, subset: str, batch_size: Optional[int] = 16,
+               limit: Optional[int] = None, max_tokens: Optional[int] = None) -> float:
     """2 ** (base-2 NLL per target token) of a language model on `subset` (module docstring)."""
     model.eval()
     pad = task.target_dictionary.pad()
     nll, tokens = 0.0, 0
     with torch.no_grad():
-        for sample in batches(task, subset, model, batch_size, limit):
+        for sample in batches(task, subset, model, batch_size, limit, max_tokens):
             lprobs = model.get_normalized_probs(model(**sample["net_input"]), log_probs=True)
             target = sample["target"]
             token_nll = -lprobs.float().gather(-1, target.unsqueeze(-1)).squeeze(-1)
@@ -128,7 +131,7 @@ def gradient_scores(model: nn.Module, task, subset: str, mask: Dict[str, torch.T
             loss = reference_nll(lprobs, sample["target"], task.target_dictionary.pad())
             grads = torch.autograd.grad(loss, [gate.fixed_mask for _, _, gate in gates])
             for (t, layer, _), grad in zip(gates, grads):
-                totals[(t, layer)] += grad.detach().abs()
+                totals[(t, layer)] += grad.detach().abs().cpu()
     finally:
         for _, _, gate in gates:
             gate.fixed_mask = gate.fixed_mask.detach()
@@ -147,10 +150,10 @@ def lowest_kept(scores: HeadScores, mask: Dict[str, torch.Tensor], count: int):
 
 
 def pruning_curve(model: nn.Module, task, subset: str, scores: HeadScores, steps: Sequence[int],
-                  rescore: bool = False, beam: int = 5, batch_size: int = 64,
+                  rescore: bool = False, beam: int = 5, batch_size: Optional[int] = 64,
                   remove_bpe: Optional[str] = "sentencepiece", limit: Optional[int] = None,
                   rescore_subset: str = "valid", progress=None,
-                  max_len_b: int = 200) -> List[CurvePoint]:
+                  max_len_b: int = 200, max_tokens: Optional[int] = None) -> List[CurvePoint]:
     """Remove the lowest-scoring kept heads up to each step and score the model there (BLEU or
     perplexity)."""
     mask = {t: torch.ones(len(rows), len(rows[0]), dtype=torch.bool) for t, rows in scores.items()}
@@ -165,10 +168,11 @@ def pruning_curve(model: nn.Module, task, subset: str, scores: HeadScores, steps
                 removed.append((t, layer, head))
         apply_head_mask(model, mask)
         if is_language_model(model):
-            bleu, signature = perplexity(model, task, subset, batch_size, limit), PERPLEXITY_SIGNATURE
+            bleu, signature = (perplexity(model, task, subset, batch_size, limit, max_tokens),
+                               PERPLEXITY_SIGNATURE)
         else:
             hypotheses, references = translate(model, task, subset, beam, batch_size, remove_bpe, limit,
-                                               max_len_b)
+                                               max_len_b, max_tokens)
             bleu, signature = corpus_bleu(hypotheses, references)
         point = CurvePoint(step, total - step, bleu, signature,
                            ";".join(f"{t}:{layer}:{head}" for t, layer, head in removed))

@@ -33,12 +33,13 @@ class LMReportError(ValueError):
 
 def lm_model_result(name: str, kind: str, checkpoint: str, data_bin: str, subset: str,
                     results_dir: str, l0_lambda: Optional[float] = None,
-                    from_model: Optional[str] = None, batch_size: int = 16) -> Dict[str, object]:
+                    from_model: Optional[str] = None, batch_size: Optional[int] = 16,
+                    max_tokens: Optional[int] = None, cpu: bool = False) -> Dict[str, object]:
     """Perplexity of `checkpoint` on `subset` (teacher-forced blocks, as fairseq-eval-lm) and the
     dec-self heads it has (a pruned checkpoint's layout, less the heads closed by the --head-mask it
-    was trained with, if any)."""
+    was trained with, if any). On CUDA when there is one, unless `cpu`."""
     from ..checkpoints import (data_overrides, is_language_model, load_model_and_task, load_state,
-                               model_args)
+                               model_args, place_model)
     from ..gating.head_masks import load_head_mask
     from ..models.head_layout import head_layout
     from ..pruning.curve import perplexity
@@ -55,7 +56,8 @@ def lm_model_result(name: str, kind: str, checkpoint: str, data_bin: str, subset
     if mask_file:  # trained with --head-mask (a layout from scratch): its masked heads are not kept
         layout = masked_layout(layout, load_head_mask(mask_file)["dec-self"])
     total_per_layer = int(model_args(state).decoder_attention_heads)  # before any pruning
-    value = perplexity(model, task, subset, batch_size)
+    place_model(model, cpu)
+    value = perplexity(model, task, subset, batch_size, max_tokens=max_tokens)
     return {
         "name": name, "kind": kind, "l0_lambda": l0_lambda, "from_model": from_model,
         "checkpoint": os.path.relpath(os.path.abspath(checkpoint), os.path.abspath(results_dir)),

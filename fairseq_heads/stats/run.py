@@ -21,6 +21,7 @@ from ..checkpoints import (
     is_language_model,
     load_model_and_task,
     load_state,
+    place_model,
     set_task_option,
 )
 from ..heads import ATTENTION_TYPES, iter_attention
@@ -250,9 +251,7 @@ def compute_head_statistics(data_bin: str, checkpoint: str, subset: str,
                              sentence_blocks=bool(options.conllu))
     language_model = is_language_model(model)
     options = options_for_model(options, language_model)
-    use_cuda = torch.cuda.is_available() and not options.cpu
-    if use_cuda:
-        model.cuda()
+    use_cuda = place_model(model, options.cpu)
     shape = head_shape(model)
     gates = gate_probabilities(model, shape) or None
     dataset = load_subset(task, subset)

@@ -153,7 +153,7 @@ def test_curve_types_removes_only_the_named_types_heads(plain_checkpoint, toy_da
     curve = ["curve", str(toy_data_bin.data_bin), "--path", str(plain_checkpoint), "--scores", scores,
              "--metric", "confidence", "--steps", "0,3,8", "--out", str(out), "--gen-subset", "valid",
              "--limit", "4", "--beam", "1", "-s", "src", "-t", "tgt", "--max-len-b", "8"]
-    assert main([*curve, "--types", "enc-self"]) == 0
+    assert main([*curve, "--types", "enc-self", "--cpu", "--max-tokens", "200", "--batch-size", "3"]) == 0
     with open(out) as f:
         rows = list(csv.DictReader(f))
     # enc-self's 8 heads are all there is to remove; dec-self and enc-dec (scored lower or
