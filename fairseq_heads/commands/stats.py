@@ -47,6 +47,10 @@ def add_stats_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--positional-threshold", type=float, default=PAPER_THRESHOLDS.positional)
     parser.add_argument("--rare-threshold", type=float, default=PAPER_THRESHOLDS.rare)
     parser.add_argument("--syntactic-margin", type=float, default=PAPER_THRESHOLDS.syntactic_margin)
+    parser.add_argument("--rare-outside-top", default=None, metavar="N",
+                        help="rare: score only sentences whose rarest token lies outside the N most "
+                             "frequent types of the source dictionary's training counts (the paper: "
+                             "500; default: every sentence)")
     lm = parser.add_argument_group("decoder-only language models")
     lm.add_argument("--previous-token-threshold", type=float, default=PAPER_THRESHOLDS.previous_token)
     lm.add_argument("--duplicate-token-threshold", type=float, default=PAPER_THRESHOLDS.duplicate_token)
@@ -55,12 +59,17 @@ def add_stats_arguments(parser: argparse.ArgumentParser) -> None:
                     help="lengths L of the repeated random-token probes (default: %(default)s)")
     lm.add_argument("--induction-probes", type=int, default=64,
                     help="probes per length (default: %(default)s)")
+    lm.add_argument("--icl-positions", default="50,500", metavar="EARLY,LATE",
+                    help="natural_icl: loss at position LATE minus loss at EARLY of the subset's "
+                         "blocks (Olsson et al.; default: %(default)s; NaN, with the reason, when "
+                         "the model's context is shorter)")
     parser.add_argument("--bootstrap-replicates", type=int, default=DEFAULT_REPLICATES)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed")
     parser.add_argument("-s", "--source-lang", default=None)
     parser.add_argument("-t", "--target-lang", default=None)
     parser.add_argument("--log-format", default=None, choices=("none", "simple", "tqdm", "json"),
                         help="fairseq progress bar format")
+    add_device_and_batch_arguments(parser, max_tokens=4096, batch_size=None)
 
 
 def _offsets(value: str, option: str):
@@ -69,7 +78,19 @@ def _offsets(value: str, option: str):
     except ValueError:
         raise ValueError(f"{option}: expected a comma list of integers, got {value!r}") from None
 
-    add_device_and_batch_arguments(parser, max_tokens=4096, batch_size=None)
+
+def _rank(value, option: str):
+    """A frequency rank N >= 1 (or None when the option is not given)."""
+    if value is None:
+        return None
+    try:
+        rank = int(value)
+    except ValueError:
+        rank = 0
+    if rank < 1:
+        raise ValueError(f"{option}: expected a frequency rank, an integer >= 1, got {value!r}")
+    return rank
+
 
 def run_stats(args) -> int:
     """Check the inputs (one line each, before any model is loaded), compute and write DIR."""
@@ -92,6 +113,8 @@ def run_stats(args) -> int:
         offsets=_offsets(args.offsets, "--offsets") if args.offsets else None,
         induction_lengths=_offsets(args.induction_lengths, "--induction-lengths"),
         induction_probes=args.induction_probes,
+        icl_positions=_offsets(args.icl_positions, "--icl-positions"),
+        rare_outside_top=_rank(args.rare_outside_top, "--rare-outside-top"),
         thresholds=LabelThresholds(args.positional_threshold, args.rare_threshold,
                                    args.syntactic_margin, args.previous_token_threshold,
                                    args.duplicate_token_threshold, args.induction_threshold),

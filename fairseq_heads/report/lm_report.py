@@ -130,6 +130,27 @@ def _fmt(value, digits=2) -> str:
     return format_number(value, digits, "–")
 
 
+def repeat_copy_drops(induction: dict) -> dict:
+    """{"all" | L: {estimate, ci_low, ci_high, probes}} of heads.json meta `induction`: the
+    repeat-copy loss drop, named `loss_drop` in stats folders written before it was renamed."""
+    return induction.get("repeat_copy_loss_drop", induction.get("loss_drop")) or {}
+
+
+def _natural_icl_line(meta: dict) -> List[str]:
+    """The natural-text in-context learning score of heads.json meta, or why there is none."""
+    icl = meta.get("natural_icl")
+    if not icl:
+        return []
+    late, early = icl["late_position"], icl["early_position"]
+    if icl.get("reason"):
+        return [f"In-context learning on the subset's text (loss at token {late} − loss at token "
+                f"{early}): not computed: {icl['reason']}", ""]
+    return [f"In-context learning on the subset's text (Olsson et al.; loss at token {late} − loss at "
+            f"token {early}, nats, 95% CI; negative = the context helps): {_interval(icl['score'])} "
+            f"over {int(icl['blocks'])} blocks (losses {_fmt(icl['early_loss']['estimate'])} → "
+            f"{_fmt(icl['late_loss']['estimate'])})", ""]
+
+
 def _interval(cell) -> str:
     if not cell:
         return "–"
@@ -158,10 +179,12 @@ def build_lm_tables(results_dir: str) -> str:
                   "| " + " | ".join(str(counts[f]) for f in FUNCTIONS) + f" | {none} |", ""]
         induction = heads_doc["meta"].get("induction")
         if induction:
-            lines += [f"In-context loss drop on repeated random probes (nats/token, 95% CI): "
-                      f"{_interval(induction['loss_drop'].get('all'))}; per length: "
-                      + ", ".join(f"L={k}: {_interval(v)}" for k, v in induction["loss_drop"].items() if k != "all"),
+            drops = repeat_copy_drops(induction)
+            lines += [f"Repeat-copy loss drop (in-context copying of repeated random probes, nats/token, "
+                      f"95% CI): {_interval(drops.get('all'))}; per length: "
+                      + ", ".join(f"L={k}: {_interval(v)}" for k, v in drops.items() if k != "all"),
                       ""]
+        lines += _natural_icl_line(heads_doc["meta"])
         best = sorted(heads_doc["heads"], key=lambda r: -(r.get("previous_token_mass") or 0))[:3]
         if best and "previous_token_mass" in best[0]:
             lines += ["Strongest heads per function (estimate [95% CI]):", "",
@@ -221,11 +244,11 @@ def build_lm_tables(results_dir: str) -> str:
     for r in l0:
         doc = read_json_document(os.path.join(results_dir, "stats", r["name"]))
         if doc and doc["meta"].get("induction"):
-            induction_rows.append((r, doc["meta"]["induction"]["loss_drop"].get("all")))
+            induction_rows.append((r, repeat_copy_drops(doc["meta"]["induction"]).get("all")))
     if induction_rows and heads_doc and heads_doc["meta"].get("induction"):
-        lines += ["## 5. In-context learning as heads go (loss drop on repeated random probes, nats/token)", "",
-                  "| model | heads kept | loss drop [95% CI] |", "|---|---|---|",
-                  f"| baseline | {baseline['heads_total']} | {_interval(heads_doc['meta']['induction']['loss_drop'].get('all'))} |"]
+        lines += ["## 5. In-context copying as heads go (repeat-copy loss drop on repeated random probes, nats/token)", "",
+                  "| model | heads kept | repeat-copy loss drop [95% CI] |", "|---|---|---|",
+                  f"| baseline | {baseline['heads_total']} | {_interval(repeat_copy_drops(heads_doc['meta']['induction']).get('all'))} |"]
         for r, cell in induction_rows:
             lines.append(f"| λ={r['l0_lambda']:g} | {r['heads_kept']} | {_interval(cell)} |")
         lines.append("")

@@ -7,6 +7,7 @@ loop), table.py (the heads table, its files), run.py (the run), output.py + figu
 stats folder). docs/architecture.md draws the data flow; docs/metrics.md defines each metric.
 """
 from . import builtin  # noqa: F401  (registers the built-in metrics, in column order)
+from . import builtin_lm  # noqa: F401  (then the LMs' probe metrics: induction, natural_icl)
 from .options import DEFAULT_LM_OFFSETS, StatsOptions, default_metrics, parse_metrics  # noqa: F401
 from .output import check_out_dir, redraw_figures, write_statistics  # noqa: F401
 from .registry import LANGUAGE_MODEL, Metric, StatsError, metric, metric_names, register, unregister  # noqa: F401

@@ -18,22 +18,14 @@ from .labels import positional_labels, rare_labels, syntactic_labels
 from .metrics import grad, lrp
 from .metrics.confidence import ConfidenceAccumulator
 from .metrics.duplicate_token import DuplicateTokenAccumulator
-from .metrics.induction import (
-    InductionAccumulator,
-    induction_column,
-    induction_meta,
-    probe_vocabulary,
-    repeated_random_probes,
-)
 from .metrics.positional import PositionalAccumulator, offset_column
 from .metrics.previous_token import PreviousTokenAccumulator
-from .metrics.rare import PrefixRareWordAccumulator, RareWordAccumulator
+from .metrics.rare import PrefixRareWordAccumulator, RareWordAccumulator, rarest_count_cutoff
 from .metrics.syntactic import DIRECTIONS, RELATIONS, SyntacticAccumulator, syntactic_column
 from .registry import (
     HEAD_OUTPUTS,
     LANGUAGE_MODEL,
     OWN_PASS,
-    PROBES,
     TRANSLATION,
     WEIGHTS,
     Heatmap,
@@ -163,10 +155,15 @@ register(Metric(
     label_colours=(("positional", "#4c72b0"),), label_abbreviations=(("positional", "pos"),)))
 
 
+def _rare_cutoff(run):
+    """--rare-outside-top N as a count: the source dictionary's (training) counts (metrics/rare)."""
+    return rarest_count_cutoff(run.task.source_dictionary, run.options.rare_outside_top)
+
+
 def _rare_accumulator(shape, run):
     # an LM's query sees only its prefix: the rarest token of each query's prefix (metrics/rare)
     kind = PrefixRareWordAccumulator if run.language_model else RareWordAccumulator
-    return kind(shape, **bootstrap(run))
+    return kind(shape, max_rarest_freq=_rare_cutoff(run), **bootstrap(run))
 
 
 def _rare_update(acc, view) -> None:
@@ -189,7 +186,9 @@ def _rare_labels(rare, run):
 
 
 def _rare_meta(by_type, run):
-    return {"rare_chance": {t: {"rarest": as_float(r.chance_rarest.estimate),
+    return {"rare_outside_top": run.options.rare_outside_top,
+            "rare_max_rarest_count": _rare_cutoff(run) if by_type else None,
+            "rare_chance": {t: {"rarest": as_float(r.chance_rarest.estimate),
                                 "two_rarest": as_float(r.chance_two_rarest.estimate)}
                             for t, r in (by_type or {}).items()}}
 
@@ -333,62 +332,4 @@ register(Metric(
     label_abbreviations=(("duplicate-token", "dup"),)))
 
 
-def induction_lengths(run) -> Tuple[int, ...]:
-    """The probe lengths whose probes (1 + 2L tokens) fit the model's positions."""
-    limit = run.model.max_positions()
-    fits = tuple(n for n in run.options.induction_lengths if limit is None or 1 + 2 * n <= limit)
-    if not fits:
-        raise StatsError(f"--induction-lengths: no probe of 1 + 2L tokens fits the model's "
-                         f"{limit} positions")
-    return fits
-
-
-def _induction_probe(acc, run) -> None:
-    """Run the repeated random-token probes (metrics/induction.py) through the model."""
-    dictionary = run.task.source_dictionary
-    generator = torch.Generator().manual_seed(run.options.seed)
-    vocabulary = probe_vocabulary(dictionary)
-    device = next(run.model.parameters()).device
-    for length in acc.lengths:
-        probes = repeated_random_probes(vocabulary, length, run.options.induction_probes,
-                                        dictionary.eos(), generator)
-        for start in range(0, len(probes), 16):
-            batch = probes[start:start + 16]
-            with torch.no_grad(), capture_heads(run.model, weights=True, head_outputs=False,
-                                                attention_types=("dec-self",)) as captured:
-                net_output = run.model(batch.to(device))
-                lprobs = run.model.get_normalized_probs(net_output, log_probs=True)
-                weights = [w.detach().float().cpu() for w in captured.type_weights("dec-self")]
-            acc.update(weights, lprobs.float().cpu(), batch, length)
-
-
-def _induction_cells(induction, index, run):
-    cells = estimate_cells("induction", induction["all"][0], index)
-    cells["induction_chance"] = induction_meta(induction)["chance"]["all"]
-    for key, (scores, _) in induction.items():
-        if key != "all":
-            cells[induction_column(key)] = as_float(scores.estimate[index])
-    return cells
-
-
-def _induction_meta(by_type, run):
-    if by_type is None:
-        return {"induction_probes": None}
-    meta = {"induction_probes": {"lengths": list(induction_lengths(run)),
-                                 "per_length": run.options.induction_probes, "seed": run.options.seed}}
-    for induction in by_type.values():
-        meta["induction"] = induction_meta(induction)
-    return meta
-
-
-register(Metric(
-    "induction", ("dec-self",), PROBES, model_kinds=(LANGUAGE_MODEL,),
-    accumulator=lambda shape, run: InductionAccumulator(shape, induction_lengths(run), **bootstrap(run)),
-    probe=_induction_probe,
-    columns=lambda run: (estimate_columns("induction") + ["induction_chance"]
-                         + [induction_column(n) for n in run.options.induction_lengths]),
-    cells=_induction_cells, meta=_induction_meta,
-    labels=lambda induction, run: _over_threshold(induction["all"][0].estimate,
-                                                  run.options.thresholds.induction, "induction"),
-    heatmap=Heatmap("induction", "induction score (repeated random probes)", (0.0, 1.0)),
-    label_colours=(("induction", "#dd8452"),)))
+# induction (probes) and natural-text in-context learning: builtin_lm.py, registered after these

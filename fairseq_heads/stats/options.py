@@ -9,6 +9,7 @@ from typing import Optional, Sequence, Tuple
 from .labels import PAPER_THRESHOLDS, LabelThresholds
 from .metrics import grad, lrp
 from .metrics.induction import DEFAULT_LENGTHS, DEFAULT_PROBES
+from .metrics.natural_icl import DEFAULT_POSITIONS, check_positions
 from .metrics.positional import DEFAULT_OFFSETS
 from .registry import StatsError, metric, metric_names, metrics
 from .streaming import DEFAULT_REPLICATES, DEFAULT_SEED
@@ -35,6 +36,8 @@ class StatsOptions:
     log_interval: int = 100
     induction_lengths: Sequence[int] = DEFAULT_LENGTHS
     induction_probes: int = DEFAULT_PROBES  # per length
+    icl_positions: Sequence[int] = DEFAULT_POSITIONS  # natural_icl: (early, late)
+    rare_outside_top: Optional[int] = None  # rare: score only sentences whose rarest token is outside the top N
 
 
 def parse_metrics(value: str) -> Tuple[str, ...]:
@@ -62,6 +65,12 @@ def check_options(options: StatsOptions) -> None:
         raise StatsError(f"--conllu: file not found: {options.conllu}")
     if options.lrp_normalise not in lrp.LRP_MODES:
         raise StatsError(f"--lrp-normalise must be one of {', '.join(lrp.LRP_MODES)}")
+    if options.rare_outside_top is not None and options.rare_outside_top < 1:
+        raise StatsError(f"--rare-outside-top must be a frequency rank >= 1, got {options.rare_outside_top}")
+    try:
+        check_positions(options.icl_positions)
+    except ValueError as error:
+        raise StatsError(str(error)) from None
     if options.grad_normalise not in grad.GRAD_NORMALISATIONS:
         raise StatsError(f"--grad-normalise must be one of {', '.join(grad.GRAD_NORMALISATIONS)}")
 

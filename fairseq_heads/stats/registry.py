@@ -100,6 +100,7 @@ class RunContext:
     task: object = None
     shape: Dict[str, Tuple[int, int]] = field(default_factory=dict)  # {type: (layers, heads)}
     conllu_index: object = None  # stats.syntax.ConlluIndex with --conllu
+    subset: Optional[str] = None  # the subset scored (a PROBES metric may read its blocks again)
     counters: Dict[str, int] = field(default_factory=dict)  # tallies a metric reports in meta
 
 

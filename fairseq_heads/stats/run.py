@@ -255,7 +255,7 @@ def compute_head_statistics(data_bin: str, checkpoint: str, subset: str,
     shape = head_shape(model)
     gates = gate_probabilities(model, shape) or None
     dataset = load_subset(task, subset)
-    run = RunContext(options, language_model, model, task, shape)
+    run = RunContext(options, language_model, model, task, shape, subset=subset)
     if options.conllu:
         run.conllu_index = ConlluIndex(options.conllu)
     try:

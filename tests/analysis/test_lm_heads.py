@@ -6,7 +6,7 @@ import torch
 from fairseq_heads.stats.metrics.duplicate_token import DuplicateTokenAccumulator
 from fairseq_heads.stats.metrics.induction import (
     InductionAccumulator,
-    in_context_loss_drop,
+    repeat_copy_loss_drop,
     induction_sums,
     repeated_random_probes,
     uniform_induction_score,
@@ -81,7 +81,7 @@ def test_induction_pattern_scores_one_and_uniform_its_closed_form():
                                                         dtype=torch.float64), rtol=1e-12, atol=0)
 
 
-def test_loss_drop_of_a_perfect_copier_is_log_vocabulary():
+def test_repeat_copy_loss_drop_of_a_perfect_copier_is_log_vocabulary():
     vocabulary = torch.arange(4, 24)
     probes = repeated_random_probes(vocabulary, 8, 5, start_token=2, generator=torch.Generator().manual_seed(0))
     assert torch.equal(probes[:, 1:9], probes[:, 9:])
@@ -91,7 +91,7 @@ def test_loss_drop_of_a_perfect_copier_is_log_vocabulary():
     for p in range(9, t - 1):  # second copy: the next token is known from the first copy
         lprobs[:, p] = float("-inf")
         lprobs[torch.arange(5), p, probes[:, p + 1]] = 0.0
-    drop = in_context_loss_drop(lprobs, probes, 8)
+    drop = repeat_copy_loss_drop(lprobs, probes, 8)
     assert torch.allclose(drop, torch.full((5,), math.log(len(vocabulary)), dtype=torch.float64))
     acc = InductionAccumulator((1,), lengths=(8,), replicates=10)
     acc.update(induction_pattern(8, 5), lprobs, probes, 8)

@@ -5,7 +5,7 @@ The corpus is `markov_repeats` (lm_corpus.py): lines of a random second-order Ma
 head (Olsson et al. 2022) is built on it in the next layer. Measured on 2 cores with these
 settings (6,000 lines, 900 updates): seeds 2 and 3 give a best layer-1 head of 0.60 (CI low
 0.52 / 0.56; label threshold 0.4, chance ~0.04); seed 1 on 10,000 lines and 1,000 updates gave
-0.70 with an in-context loss drop of 4.0 nats of the ln(64) = 4.16 a perfect copier gets.
+0.70 with a repeat-copy loss drop of 4.0 nats of the ln(64) = 4.16 a perfect copier gets.
 """
 import csv
 import json
@@ -65,7 +65,7 @@ def test_stats_labels_a_second_layer_induction_head(markov_lm):
 
 def test_the_model_copies_in_context_and_has_a_previous_token_head(markov_lm):
     rows, meta = markov_lm
-    drop = meta["induction"]["loss_drop"]["16"]
+    drop = meta["induction"]["repeat_copy_loss_drop"]["16"]
     # the second copy is predictable only from context: the drop is most of ln(64)
     assert drop["ci_low"] > 0.5 * math.log(64), drop
     prev = max(float(r["previous_token_mass"]) for (layer, _), r in rows.items() if layer == 0)

@@ -37,7 +37,7 @@ def test_every_step_ran_and_the_tables_answer_the_questions(lm_results):
     assert re.findall(r"^run  (\S+)$", process.stdout, re.M) == STEPS
     tables = (results / "tables.md").read_text()
     for section in ("## 1. Baseline", "## 2. L0 sweep", "## 3. How many heads can go",
-                    "## 4. Do the importance metrics agree?", "## 5. In-context learning",
+                    "## 4. Do the importance metrics agree?", "## 5. In-context copying",
                     "## 6. The same layout from scratch"):
         assert section in tables
     assert (results / "figures" / "perplexity_vs_heads.png").read_bytes()[:4] == b"\x89PNG"
@@ -53,7 +53,7 @@ def test_every_step_ran_and_the_tables_answer_the_questions(lm_results):
     heads = json.loads((results / "stats" / "baseline" / "heads.json").read_text())
     assert {"previous_token_mass", "duplicate_token_mass", "induction", "induction_L8",
             "induction_L16"} <= set(heads["columns"])
-    assert heads["meta"]["induction"]["loss_drop"]["all"]["probes"] == 32.0
+    assert heads["meta"]["induction"]["repeat_copy_loss_drop"]["all"]["probes"] == 32.0
     trace = (results / "models" / "l0_0.5" / "gate_trace.jsonl").read_text().splitlines()
     assert [json.loads(line)["update"] for line in trace] == [0, 5, 10, 15]
 

@@ -13,14 +13,30 @@ A head that always attends there scores 1; uniform causal attention scores
 mean_p 1/(p+1).  Label (our threshold, stated before any model was scored): ``induction`` when
 the score >= 0.4.
 
-*In-context loss drop* (model level, not per head): per probe, the mean next-token loss (nats)
+*Repeat-copy loss drop* (model level, not per head): per probe, the mean next-token loss (nats)
 on x_2 .. x_L of the first copy minus that on x_2 .. x_L of the second copy (the same tokens:
 only the context differs).  A model without in-context copying scores ~0; one that copies
-perfectly scores ~ln(V).  Bootstrap unit for both: the probe.
+perfectly scores ~ln(V).  Bootstrap unit for both: the probe.  It measures copying of a repeated
+random sequence, not in-context learning on natural text (metrics/natural_icl.py).
+
+*Copying score* (per head, a property of the weights): an induction head attends to the token
+after the earlier occurrence (the score above) *and* copies it, raising its logit.  Elhage et
+al. 2021 ("A Mathematical Framework for Transformer Circuits", "Detecting copying behavior"),
+the test Olsson et al. 2022 use for the copying half, read it off the head's OV circuit
+M = W_U W_O^h W_V^h W_E (vocabulary x vocabulary, token attended to -> logits):
+
+    copying(head) = sum_i lambda_i / sum_i |lambda_i|      (lambda_i: the eigenvalues of M)
+
+1 when every eigenvalue is positive (the identity: copies), -1 when all are negative (suppresses
+what it attends to), 0 for a rotation.  M's non-zero eigenvalues are those of the d_head x
+d_head matrix W_V^h (W_E W_U) W_O^h (eigenvalues of AB and BA agree), so V never appears.  The
+circuit is the direct path through the residual stream: LayerNorm, biases and positions are left
+out, as in Elhage et al.'s attention-only models; positive scalings (fairseq's embedding scale,
+a head's gate) do not change the score.
 """
 from __future__ import annotations
 
-from typing import Dict, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import torch
 
@@ -29,6 +45,7 @@ from ._batch import AttentionInput, per_layer
 from ..streaming import DEFAULT_REPLICATES, DEFAULT_SEED, RatioAccumulator
 
 INDUCTION_THRESHOLD = 0.4
+REPEAT_COPY_LOSS_DROP = "repeat_copy_loss_drop"  # heads.json meta induction.<this>; "loss_drop" before
 DEFAULT_LENGTHS = (16, 32, 64)
 DEFAULT_PROBES = 64
 
@@ -62,7 +79,7 @@ def induction_sums(attn: torch.Tensor, length: int) -> Tuple[torch.Tensor, torch
     return total, torch.full_like(total, float(length))
 
 
-def in_context_loss_drop(lprobs: torch.Tensor, probes: torch.Tensor, length: int) -> torch.Tensor:
+def repeat_copy_loss_drop(lprobs: torch.Tensor, probes: torch.Tensor, length: int) -> torch.Tensor:
     """(B,) mean loss on x_2..x_L of the first copy minus on x_2..x_L of the second copy.
 
     ``lprobs`` (B, T, V) are next-token log-probabilities at every position of ``probes``."""
@@ -94,7 +111,7 @@ class InductionAccumulator:
 
     def update(self, attn: AttentionInput, lprobs: torch.Tensor, probes: torch.Tensor, length: int) -> None:
         total, count = per_layer(induction_sums, attn, length)
-        drop = in_context_loss_drop(lprobs, probes, length)
+        drop = repeat_copy_loss_drop(lprobs, probes, length)
         ones = torch.ones_like(drop)
         for key in ("all", length):
             self.scores[key].update(total, count)
@@ -113,11 +130,11 @@ def induction_column(length: int) -> str:
 
 
 def induction_meta(induction) -> Dict[str, object]:
-    """The model-level numbers of the induction probes: loss drop (nats/token) with its interval
-    per probe length, and the uniform-attention chance score."""
-    meta: Dict[str, object] = {"loss_drop": {}, "chance": {}}
+    """The model-level numbers of the induction probes: the repeat-copy loss drop (nats/token)
+    with its interval per probe length, and the uniform-attention chance score."""
+    meta: Dict[str, object] = {REPEAT_COPY_LOSS_DROP: {}, "chance": {}}
     for key, (_, drop) in induction.items():
-        meta["loss_drop"][str(key)] = {"estimate": as_float(drop.estimate), "ci_low": as_float(drop.ci_low),
+        meta[REPEAT_COPY_LOSS_DROP][str(key)] = {"estimate": as_float(drop.estimate), "ci_low": as_float(drop.ci_low),
                                        "ci_high": as_float(drop.ci_high), "probes": as_float(drop.count)}
     lengths = [key for key in induction if key != "all"]
     for key in lengths:
@@ -126,3 +143,55 @@ def induction_meta(induction) -> Dict[str, object]:
     meta["chance"]["all"] = (sum(k * meta["chance"][str(k)] for k in lengths) / sum(lengths)
                              if lengths else float("nan"))
     return meta
+
+
+# ---------------------------------------------------------------- the OV circuit's copying score
+
+
+def copying_score(ov_circuit: torch.Tensor) -> float:
+    """sum(lambda) / sum(|lambda|) over the eigenvalues of a square OV circuit (module doc;
+    Elhage et al. 2021); NaN for a zero matrix.  The eigenvalues of a real matrix come in
+    conjugate pairs, so the sum is real (the trace)."""
+    eigenvalues = torch.linalg.eigvals(ov_circuit.to(torch.float64))
+    magnitude = eigenvalues.abs().sum()
+    if magnitude == 0:
+        return float("nan")
+    return float(eigenvalues.sum().real / magnitude)
+
+
+def head_ov_core(value: torch.Tensor, embed_to_unembed: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+    """W_V^h C W_O^h (d_head x d_head): the non-zero spectrum of W_U W_O^h W_V^h W_E, given
+    C = W_E W_U (d_model x d_model, column convention: W_E maps a one-hot token to the residual
+    stream, W_U the residual stream to logits), W_V^h (d_head x d_model), W_O^h (d_model x d_head)."""
+    return value.to(torch.float64) @ embed_to_unembed.to(torch.float64) @ output.to(torch.float64)
+
+
+def embed_to_unembed(decoder) -> torch.Tensor:
+    """C = P_in W_E W_U P_out (d_model x d_model) of a fairseq Transformer decoder: its token
+    embedding and output projection, with the input / output dimension projections if it has
+    them.  ValueError when the decoder has no plain output projection (adaptive softmax)."""
+    output = getattr(decoder, "output_projection", None)
+    if getattr(decoder, "adaptive_softmax", None) is not None or not isinstance(output, torch.nn.Linear):
+        raise ValueError("the decoder has no plain output projection (adaptive softmax?): no W_U")
+    embed = decoder.embed_tokens.weight.detach().to(torch.float64)  # (V, d_in): W_E = embed^T
+    core = embed.t() @ output.weight.detach().to(torch.float64)  # (d_in, d_out)
+    if getattr(decoder, "project_in_dim", None) is not None:
+        core = decoder.project_in_dim.weight.detach().to(torch.float64) @ core  # (d, d_in) @ ...
+    if getattr(decoder, "project_out_dim", None) is not None:
+        core = core @ decoder.project_out_dim.weight.detach().to(torch.float64)  # ... @ (d_out, d)
+    return core
+
+
+def copying_scores(decoder, attention_blocks: Sequence) -> torch.Tensor:
+    """(L, H) copying scores of the heads of a decoder's self-attention blocks (fairseq
+    MultiheadAttention, one per layer): head h's W_V^h is v_proj's rows h*D..(h+1)*D-1 and its
+    W_O^h out_proj's columns h*D..(h+1)*D-1 (nn.Linear stores (out, in))."""
+    core = embed_to_unembed(decoder)
+    rows: List[List[float]] = []
+    for attention in attention_blocks:
+        width = attention.head_dim
+        value, output = attention.v_proj.weight.detach(), attention.out_proj.weight.detach()
+        rows.append([copying_score(head_ov_core(value[h * width:(h + 1) * width], core,
+                                                output[:, h * width:(h + 1) * width]))
+                     for h in range(attention.num_heads)])
+    return torch.tensor(rows, dtype=torch.float64)

@@ -28,9 +28,9 @@ i.e. 1/n and min(2, n)/n adjusted for ties, averaged over the same sentences.
 
 Sentence filter: sentences with fewer than ``min_keys`` (default 2) selected keys are
 skipped — with one key every head trivially "finds" the rarest token.  The paper only
-scored sentences whose rarest token is genuinely rare (not among the 500 most frequent
+scored sentences whose rarest token is genuinely rare (outside the 500 most frequent
 types); ``max_rarest_freq`` reproduces that: skip sentences whose minimum key frequency is
-above it (e.g. the count of the 500th most frequent dictionary entry).
+above it.  :func:`max_count_outside_top` turns the rank (top N) into that count.
 
 Labelling default (see :func:`labels.rare_labels`): share_rarest >= 0.5.  Why: chance is
 about 1/n (~0.04 for 25-token sentences), so pointing at the single rarest token in the
@@ -63,6 +63,47 @@ def rarity_thresholds(key_freq: torch.Tensor, key_mask: torch.Tensor) -> Tuple[t
     second = ordered[:, 1] if ordered.shape[1] > 1 else smallest
     second = torch.where(torch.isinf(second), smallest, second)
     return smallest, second
+
+
+def max_count_outside_top(counts: Sequence[float], top_n: int) -> float:
+    """The largest count a type outside the ``top_n`` most frequent types can have, for
+    ``max_rarest_freq``; -inf when no type is outside (fewer than ``top_n`` + 1 distinct ranks).
+
+    ``counts`` are the counts of the ordinary types (no specials).  A type is outside the top N
+    when at least N types are strictly more frequent than it, i.e. when its count is below the
+    N-th largest count c_N: types tied with the N-th are inside, so the answer does not depend on
+    how a dictionary orders equal counts.  The answer is the largest count below c_N, so that
+    ``min f_s <= answer`` is exactly "the rarest token lies outside the top N".
+    """
+    if top_n < 1:
+        raise ValueError(f"top_n must be >= 1, got {top_n}")
+    ordered = sorted((float(c) for c in counts), reverse=True)
+    if len(ordered) <= top_n:
+        return float("-inf")
+    nth = ordered[top_n - 1]
+    below = [c for c in ordered[top_n:] if c < nth]
+    return below[0] if below else float("-inf")
+
+
+def ordinary_counts(dictionary) -> list:
+    """The training counts of a fairseq Dictionary's ordinary types: no specials (bos, pad, eos,
+    unk) and no ``madeupword`` fillers (padding of the vocabulary, never seen in the data)."""
+    return [dictionary.count[i] for i in range(dictionary.nspecial, len(dictionary))
+            if not dictionary[i].startswith("madeupword")]
+
+
+def rarest_count_cutoff(dictionary, top_n: Optional[int]) -> Optional[float]:
+    """``max_rarest_freq`` for "the rarest token lies outside the ``top_n`` most frequent types"
+    of a fairseq Dictionary (its training counts); None when ``top_n`` is None (no filter)."""
+    if top_n is None:
+        return None
+    counts = ordinary_counts(dictionary)
+    cutoff = max_count_outside_top(counts, top_n)
+    if cutoff == float("-inf"):
+        raise ValueError(f"--rare-outside-top {top_n}: the dictionary has {len(counts)} types and "
+                         f"none is less frequent than its {top_n} most frequent, so no sentence "
+                         f"would be scored")
+    return cutoff
 
 
 def sentence_filter(
@@ -179,6 +220,8 @@ class RareWordAccumulator:
 #     chance_q     = #{k <= q : f[k] == min f} / n_q   (uniform attention over the prefix)
 #
 # shares are token-weighted (sum over queries / number of queries); bootstrap unit the block.
+# The paper's filter, asked per query: with ``max_rarest_freq``, a query whose prefix's rarest
+# token is more frequent than that is not scored (its prefix holds no rare token).
 
 
 class PrefixRarity(NamedTuple):
@@ -193,7 +236,7 @@ class PrefixRarity(NamedTuple):
 
 
 def prefix_rarity(token_mask: torch.Tensor, key_freq: torch.Tensor,
-                  min_keys: int = DEFAULT_MIN_KEYS) -> PrefixRarity:
+                  min_keys: int = DEFAULT_MIN_KEYS, max_rarest_freq: Optional[float] = None) -> PrefixRarity:
     """The attention-free part of :func:`prefix_rare_hits`."""
     t = token_mask.shape[-1]
     prefix = causal_prefix_mask(token_mask)  # (B, Tq, Tk)
@@ -203,6 +246,8 @@ def prefix_rarity(token_mask: torch.Tensor, key_freq: torch.Tensor,
     second = ordered[..., 1] if t > 1 else smallest
     second = torch.where(torch.isinf(second), smallest, second)
     scored = token_mask & (prefix.sum(-1) >= max(min_keys, 1))  # (B, Tq)
+    if max_rarest_freq is not None:
+        scored &= smallest <= max_rarest_freq
     n = prefix.sum(-1).clamp(min=1).to(torch.float64)
     at_min = ((freq == smallest.unsqueeze(-1)) & prefix).sum(-1) / n
     at_two = ((freq <= second.unsqueeze(-1)) & prefix).sum(-1) / n
@@ -224,10 +269,11 @@ def prefix_rare_hits_from_argmax(best: torch.Tensor, key_freq: torch.Tensor, rar
 
 
 def prefix_rare_hits(attn: torch.Tensor, token_mask: torch.Tensor, key_freq: torch.Tensor,
-                     min_keys: int = DEFAULT_MIN_KEYS) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                     min_keys: int = DEFAULT_MIN_KEYS, max_rarest_freq: Optional[float] = None
+                     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-sentence (hits (B, *heads, 2), chance (B, 2), scored queries (B,)) for causal attention."""
     best = prefix_argmax(attn, token_mask)
-    rarity = prefix_rarity(token_mask, key_freq, min_keys)
+    rarity = prefix_rarity(token_mask, key_freq, min_keys, max_rarest_freq)
     (hits,) = prefix_rare_hits_from_argmax(best, key_freq, rarity)
     return hits, rarity.chance, rarity.scored.to(torch.float64).sum(-1)
 
@@ -237,12 +283,15 @@ class PrefixRareWordAccumulator(RareWordAccumulator):
     ``count`` = scored query tokens."""
 
     def __init__(self, head_shape: Sequence[int], min_keys: int = DEFAULT_MIN_KEYS,
+                 max_rarest_freq: Optional[float] = None,
                  replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED):
-        super().__init__(head_shape, min_keys=min_keys, replicates=replicates, seed=seed)
+        super().__init__(head_shape, min_keys=min_keys, max_rarest_freq=max_rarest_freq,
+                         replicates=replicates, seed=seed)
 
     def update(self, attn: AttentionInput, token_mask: torch.Tensor, key_freq: torch.Tensor) -> None:
         if isinstance(attn, torch.Tensor):
-            hits, chance, scored = prefix_rare_hits(attn, token_mask, key_freq, min_keys=self.min_keys)
+            hits, chance, scored = prefix_rare_hits(attn, token_mask, key_freq, self.min_keys,
+                                                    self.max_rarest_freq)
             self._add(hits, chance, scored)
             return
         best = [prefix_argmax(layer, token_mask) for layer in attn]
@@ -251,7 +300,7 @@ class PrefixRareWordAccumulator(RareWordAccumulator):
     def update_from_argmax(self, best: Sequence[torch.Tensor], token_mask: torch.Tensor,
                            key_freq: torch.Tensor) -> None:
         """:meth:`update` of a list of layers, given each layer's causal-prefix argmax (B, H, T)."""
-        rarity = prefix_rarity(token_mask, key_freq, self.min_keys)  # once for all layers
+        rarity = prefix_rarity(token_mask, key_freq, self.min_keys, self.max_rarest_freq)  # once for all layers
         (hits,) = per_layer(prefix_rare_hits_from_argmax, best, key_freq, rarity)
         self._add(hits, rarity.chance, rarity.scored.to(torch.float64).sum(-1))
 

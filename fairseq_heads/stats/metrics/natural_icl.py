@@ -1,0 +1,87 @@
+"""In-context learning on natural text (Olsson et al. 2022, "In-context Learning and Induction
+Heads", Sec. 2: the "in-context learning score").
+
+On the LM's own evaluation text (the stats subset, fairseq's blocks), per block b:
+
+    icl(b) = NLL_b(late) - NLL_b(early)        (nats; Olsson et al.: late = 500, early = 50)
+    icl    = sum_b icl(b) / #blocks            over the blocks that reach position ``late``
+
+where NLL_b(p) is the next-token loss of the block's target at 0-based position p, predicted
+from the block's first p + 1 input tokens (fairseq's ``target[p]``, seen through
+``src_tokens[: p + 1]``).  Negative: the model predicts a token better late in its context than
+early, i.e. it uses the context.  A model that ignores everything but the last few tokens scores
+~0.  Olsson et al. average over many contexts (single-token losses are noisy); the bootstrap unit
+here is the block, and the mean losses at both positions are reported beside the difference.
+
+Only a block whose target reaches ``late`` counts, so the model must take at least late + 1
+positions: otherwise the score is NaN with the reason (:func:`unavailable_reason`).  A causal
+model's loss at p does not depend on later tokens, so blocks are cut to late + 1 tokens.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional, Sequence, Tuple
+
+import torch
+
+from ...numbers import as_float
+from ..streaming import DEFAULT_REPLICATES, DEFAULT_SEED, RatioAccumulator
+
+DEFAULT_POSITIONS = (50, 500)  # (early, late), Olsson et al. 2022
+
+
+def check_positions(positions: Sequence[int]) -> Tuple[int, int]:
+    """(early, late) with 0 <= early < late, else ValueError naming the option."""
+    if len(positions) != 2 or not 0 <= positions[0] < positions[1]:
+        raise ValueError(f"--icl-positions: expected two positions EARLY,LATE with 0 <= EARLY < LATE, "
+                         f"got {','.join(str(p) for p in positions)}")
+    return int(positions[0]), int(positions[1])
+
+
+def unavailable_reason(max_positions: Optional[int], block_sizes: Sequence[int], late: int) -> Optional[str]:
+    """Why the score cannot be computed (None when some block reaches ``late``)."""
+    if max_positions is not None and max_positions <= late:
+        return (f"the model takes {max_positions} positions (--tokens-per-sample), position {late} "
+                f"needs {late + 1}; choose --icl-positions within the context")
+    if not any(int(n) > late for n in block_sizes):
+        return (f"no block of the subset reaches position {late} (longest: "
+                f"{max((int(n) for n in block_sizes), default=0)} tokens; --sample-break-mode eos "
+                f"makes one line a block)")
+    return None
+
+
+def position_nll(lprobs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """(B, P) next-token losses, given log-probabilities (B, P, V) at P positions and the
+    targets (B, P) there."""
+    return -lprobs.to(torch.float64).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+
+
+class NaturalICLAccumulator:
+    """Streams per-block losses at (early, late); finalize -> {"score", "early_loss", "late_loss"}
+    as RatioEstimates (shape ()), ``count`` = blocks."""
+
+    def __init__(self, positions: Sequence[int] = DEFAULT_POSITIONS,
+                 replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED):
+        self.early, self.late = check_positions(positions)
+        self.reason: Optional[str] = None  # set when the score cannot be computed
+        self.losses = RatioAccumulator((3,), replicates=replicates, seed=seed)
+
+    def update(self, nll: torch.Tensor) -> None:
+        """``nll`` (B, 2): each block's loss at (early, late)."""
+        early, late = nll[:, 0], nll[:, 1]
+        values = torch.stack([late - early, early, late], dim=-1)
+        self.losses.update(values, torch.ones_like(values))
+
+    def finalize(self) -> Dict[str, object]:
+        result = self.losses.finalize()
+        names = ("score", "early_loss", "late_loss")
+        return {name: type(result)(*(t[..., i] for t in result)) for i, name in enumerate(names)}
+
+
+def natural_icl_meta(acc: NaturalICLAccumulator, result: Dict[str, object]) -> Dict[str, object]:
+    """heads.json meta ``natural_icl``: the score and both mean losses with their intervals."""
+    meta: Dict[str, object] = {"early_position": acc.early, "late_position": acc.late,
+                               "reason": acc.reason, "blocks": as_float(result["score"].count)}
+    for name, estimate in result.items():
+        meta[name] = {"estimate": as_float(estimate.estimate), "ci_low": as_float(estimate.ci_low),
+                      "ci_high": as_float(estimate.ci_high)}
+    return meta
