@@ -19,6 +19,10 @@ $(STAMP): setup.py requirements.txt Makefile
 	$(PIP) -q --no-build-isolation --no-deps $(FAIRSEQ)
 	$(PIP) -q -r requirements.txt
 	$(PIP) -q --no-build-isolation --no-deps -e .
+	# the `hf` extra (import-hf, the Hugging Face parity tests): transformers without its
+	# declared dependencies (which could pull another torch), those it needs listed instead
+	$(PIP) -q "safetensors>=0.4.3" "tokenizers>=0.22,<=0.23.0" "huggingface-hub>=0.34,<1.0" pyyaml requests filelock
+	$(PIP) -q --no-deps transformers==4.57.6
 	$(VPY) -c "import fairseq, fairseq_heads; print('fairseq-heads', fairseq_heads.__version__, 'ready')"
 	touch $(STAMP)
 

@@ -21,5 +21,10 @@ setup(
         "matplotlib",
         "scipy",
     ],
+    # `fairseq-heads import-hf` reads safetensors and tokenizer files; transformers itself is
+    # needed only by the tests that compare with Hugging Face (install it with --no-deps so that
+    # pip keeps the CPU torch: see the Makefile).
+    extras_require={"hf": ["safetensors>=0.4.3", "transformers==4.57.6", "tokenizers>=0.22,<=0.23.0",
+                           "huggingface-hub>=0.34,<1.0"]},
     entry_points={"console_scripts": ["fairseq-heads=fairseq_heads.cli:main"]},
 )

@@ -32,6 +32,8 @@ SUBCOMMANDS = [
      "clean, sentencepiece-encode and binarise a parallel corpus (or the built-in toy one)"),
     ("prepare-lm", "prepare_lm", "add_arguments", "run",
      "monolingual text (novels, WikiText-2 or the toy grammar) -> a language-model data-bin"),
+    ("import-hf", "import_hf", "add_arguments", "run",
+     "a local Hugging Face LLaMA-family model -> a gated_llama checkpoint.pt + dict.txt"),
     ("prune", "prune", "add_arguments", "run",
      "physically remove heads: a smaller, faster gated_transformer checkpoint"),
     ("curve", "curve", "add_arguments", "run",

@@ -1,1 +1,1 @@
-from . import gated_transformer, gated_transformer_lm  # noqa: F401
+from . import gated_llama, gated_transformer, gated_transformer_lm  # noqa: F401

@@ -162,7 +162,9 @@ def apply_head_layout(model: nn.Module, args) -> nn.Module:
             if len(kept) > attention.num_heads:
                 raise HeadPruningError(f"--head-layout: {attention_type} layer {layer} keeps "
                                        f"{len(kept)} heads of {attention.num_heads}")
-            prune_attention_heads(attention, range(len(kept)))
+            # the original indices (a fresh block has them all): a GQA block keeps the KV
+            # heads of these query heads' groups (models/llama_attention.py)
+            prune_attention_heads(attention, kept)
             attention.kept_heads = list(kept)
     attach_head_target_record(model)  # where a --target-heads run keeps its target
     return model

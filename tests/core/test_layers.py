@@ -13,7 +13,7 @@ LAYERS = [
     {"gating", "data"},
     {"models", "criterions", "tasks", "optim"},
     {"stats"},
-    {"pruning"},
+    {"pruning", "hf"},
     {"report"},
     {"commands", "cli"},
 ]

@@ -1,0 +1,93 @@
+"""`gated_llama` in-process: KV cache ≡ full sequence, fused ≡ explicit attention, GQA ≡ MHA with
+each KV head repeated, gates (closed ≡ no head, open ≡ ungated), and the pure pieces (RoPE's
+relative positions, RMSNorm)."""
+import copy
+
+import torch
+
+from fairseq_heads.gating.head_masks import apply_head_mask, head_mask_from_gates
+from fairseq_heads.gating.gated_attention import iter_gates
+from fairseq_heads.models.llama_attention import LlamaAttention, query_groups, uniform_group_size
+from fairseq_heads.models.llama_layers import apply_rotary, rms_norm, rotary_cos_sin
+from llama.helpers import build_llama, full_lprobs, incremental_lprobs, random_tokens
+
+# float32 through 2 tiny layers; the paths compared differ only in summation order
+TOLERANCE = 1e-5
+
+
+def test_kv_cache_equals_full_sequence_gqa_and_mha(dict_dir):
+    for kv_heads in ("2", "4", "1"):
+        task, model = build_llama(dict_dir, ["--decoder-kv-heads", kv_heads])
+        x = random_tokens(len(task.dictionary))
+        assert (incremental_lprobs(model, x) - full_lprobs(model, x)).abs().max() <= TOLERANCE
+
+
+def test_fused_attention_equals_explicit_path(dict_dir):
+    task, model = build_llama(dict_dir, ["--qkv-bias"])
+    x = random_tokens(len(task.dictionary), length=9)
+    x[0, -3:] = task.dictionary.pad()  # right padding, as the LM task pads: a key padding mask
+    fused = full_lprobs(model, x)
+    for block in model.decoder.layers:
+        block.self_attn.use_sdpa = False
+    assert (full_lprobs(model, x) - fused).abs().max() <= TOLERANCE
+
+
+def test_gqa_equals_mha_with_repeated_kv_heads(dict_dir):
+    task, gqa = build_llama(dict_dir, ["--decoder-kv-heads", "2", "--qkv-bias"])
+    _, mha = build_llama(dict_dir, ["--decoder-kv-heads", "4", "--qkv-bias"])
+    state = gqa.state_dict()
+    for name, value in list(state.items()):
+        if ".k_proj." in name or ".v_proj." in name:  # KV head g serves query heads 2g, 2g+1
+            heads = value.view(2, -1, *value.shape[1:])
+            state[name] = heads.repeat_interleave(2, dim=0).reshape(-1, *value.shape[1:])
+    mha.load_state_dict(state)
+    x = random_tokens(len(task.dictionary))
+    assert (full_lprobs(mha.eval(), x) - full_lprobs(gqa, x)).abs().max() <= TOLERANCE
+
+
+def test_a_closed_gate_removes_its_head_and_open_gates_change_nothing(dict_dir):
+    task, model = build_llama(dict_dir)
+    x = random_tokens(len(task.dictionary))
+    before = full_lprobs(model, x)
+    assert [g.num_gates for _, _, g in iter_gates(model)] == [4, 4]
+    assert bool(head_mask_from_gates(model)["dec-self"].all())  # gates start open
+    ungated = copy.deepcopy(model)
+    for block in ungated.decoder.layers:
+        block.self_attn.gate.fix(torch.ones(4))
+    assert torch.equal(full_lprobs(ungated, x), before)
+
+    mask = {"dec-self": torch.tensor([[1, 0, 1, 1], [0, 0, 1, 0]], dtype=torch.bool)}
+    apply_head_mask(model, mask)
+    zeroed = copy.deepcopy(ungated)
+    with torch.no_grad():  # the same heads removed by hand: their o-proj columns zero
+        for layer, block in enumerate(zeroed.decoder.layers):
+            for head in (~mask["dec-self"][layer]).nonzero().flatten().tolist():
+                block.self_attn.out_proj.weight[:, head * 16:(head + 1) * 16] = 0
+    assert (full_lprobs(model, x) - full_lprobs(zeroed, x)).abs().max() <= TOLERANCE
+    assert (full_lprobs(model, x) - before).abs().max() > 1e-3
+
+
+def test_rope_scores_depend_only_on_the_distance():
+    """RoFormer's property: <R(m) q, R(n) k> = <q, R(n - m) k> (Su et al. 2021, eq. 16)."""
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(8, generator=g), torch.randn(8, generator=g)
+    cos, sin = rotary_cos_sin(torch.arange(40), 8, 100.0, torch.float32)
+    rotated_q, rotated_k = apply_rotary(q.expand(40, 8), cos, sin), apply_rotary(k.expand(40, 8), cos, sin)
+    score = lambda m, n: float(rotated_q[m] @ rotated_k[n])  # noqa: E731
+    assert abs(score(3, 10) - score(30, 37)) < 1e-5
+    assert abs(score(3, 10) - score(3, 11)) > 1e-3
+    assert torch.allclose(apply_rotary(q.expand(1, 8), cos[:1], sin[:1]), q.expand(1, 8))  # position 0
+
+
+def test_rms_norm_and_query_groups():
+    x = torch.tensor([[3.0, 4.0]])
+    assert torch.allclose(rms_norm(x, torch.tensor([1.0, 2.0]), 0.0),
+                          torch.tensor([[3.0, 8.0]]) / (12.5 ** 0.5))
+    assert query_groups(6, 2) == [0, 0, 0, 1, 1, 1]
+    assert uniform_group_size([0, 0, 1, 1], 2) == 2 and uniform_group_size([0, 1, 1], 2) == 0
+
+
+def test_is_a_gated_block_everywhere(dict_dir):
+    _, model = build_llama(dict_dir)
+    assert all(isinstance(b.self_attn, LlamaAttention) for b in model.decoder.layers)
+    assert [t for t, _, _ in iter_gates(model)] == ["dec-self", "dec-self"]
