@@ -11,6 +11,7 @@ from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..heads import ATTENTION_TYPES
 from ..numbers import format_number
+from ..stats.agreement import fisher_z_interval
 from ..stats.metrics.syntactic import parse_syntactic_column
 from ..stats.table import label_kind, number_or_nan, parse_labels
 from .layout import ALL_L0, BASELINE, CONVERGED, ENCODER_L0, FROM_SCRATCH, QUICK, protocol_of
@@ -533,16 +534,34 @@ def syntactic_relation_table(heads: Sequence[Dict[str, str]]) -> Table:
 # ------------------------------------------------------------------ (5) agreement
 
 
+def head_level_interval(entry: dict) -> Tuple[Optional[float], Optional[float]]:
+    """An agreement.json entry's Fisher-z interval over heads; for a stats folder written before
+    agreement.json had one, computed from its rho and number of heads (the same formula)."""
+    if entry.get("fisher_z_ci"):
+        return tuple(entry["fisher_z_ci"])
+    if entry.get("spearman") is None or not entry.get("num_heads"):
+        return None, None
+    return fisher_z_interval(entry["spearman"], entry["num_heads"])
+
+
 def agreement_table(agreement: dict) -> Table:
-    """Spearman rank correlation between importance metrics, per attention type."""
+    """Spearman rank correlation between importance metrics, per attention type, with two
+    intervals: the sentence bootstrap's (the heads fixed: the metrics' sampling noise only) and a
+    head-level one (Fisher z over the heads, docs/metrics.md); and the mean within-layer ρ (LRP is
+    normalised per layer), where agreement.json has it."""
     rows = []
     for attention_type, pairs in (agreement or {}).items():
         for name, entry in pairs.items():
+            within = (entry.get("within_layer") or {}).get("spearman_mean")
             rows.append([attention_type, name.replace("~", " ~ "), entry.get("spearman"),
-                         entry.get("ci_low"), entry.get("ci_high"), entry.get("num_heads")])
+                         entry.get("ci_low"), entry.get("ci_high"), *head_level_interval(entry),
+                         within, entry.get("num_heads")])
     if not rows:
         raise MissingInput("no metric pairs in agreement.json")
-    return Table(["type", "metrics", "Spearman ρ", "95% CI low", "95% CI high", "heads"], rows)
+    return Table(["type", "metrics", "Spearman ρ", "95% CI low (sentences)", "95% CI high (sentences)",
+                  "95% CI low (heads)", "95% CI high (heads)", "within-layer ρ", "heads"], rows,
+                 "Intervals: resampling sentences (the heads fixed), and over heads (Fisher z with "
+                 "variance 1.06/(n − 3)). Within-layer ρ: the mean over layers of each layer's ρ.")
 
 
 # ------------------------------------------------------------------ (6) gate trace

@@ -98,8 +98,15 @@ def test_head_function_and_relation_tables():
 
 
 def test_agreement_table():
-    (row,) = tables.agreement_table(AGREEMENT).rows
-    assert row == ["enc-self", "lrp ~ grad", 0.8, 0.5, 0.95, 4]
+    import math
+
+    (row,) = tables.agreement_table(AGREEMENT).rows  # written before agreement.json had head intervals
+    half = 1.959963984540054 * math.sqrt(1.06 / (4 - 3))  # Fisher z over 4 heads
+    assert row[:5] == ["enc-self", "lrp ~ grad", 0.8, 0.5, 0.95] and row[7:] == [None, 4]
+    assert row[5:7] == pytest.approx([math.tanh(math.atanh(0.8) - half), math.tanh(math.atanh(0.8) + half)])
+    newer = {"enc-self": {"lrp~grad": {**AGREEMENT["enc-self"]["lrp~grad"], "fisher_z_ci": [0.1, 0.9],
+                                       "within_layer": {"spearman_mean": 0.6}}}}
+    assert tables.agreement_table(newer).rows[0][5:] == [0.1, 0.9, 0.6, 4]
     with pytest.raises(tables.MissingInput):
         tables.agreement_table({"enc-self": {}})
 
