@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Sequence
 from ..files import write_text_atomic
 from ..numbers import format_number
 from ..stats.table import label_kind, read_json_document
+from .tables import head_level_interval
 
 FUNCTIONS = ("previous-token", "induction", "duplicate-token", "positional", "rare")
 MODEL_KINDS = ("baseline", "l0", "from_scratch")
@@ -234,10 +235,15 @@ def build_lm_tables(results_dir: str) -> str:
         with open(agreement_path, encoding="utf-8") as f:
             agreement = json.load(f).get("dec-self", {})
         if agreement:
-            lines += ["## 4. Do the importance metrics agree? (Spearman over heads, 95% bootstrap CI)", "",
-                      "| pair | Spearman |", "|---|---|"]
+            lines += ["## 4. Do the importance metrics agree? (Spearman over heads, 95% CIs)", "",
+                      "Intervals: resampling blocks (the heads fixed: the metrics' sampling noise), and "
+                      "over heads (Fisher z, variance 1.06/(n − 3); docs/metrics.md).", "",
+                      "| pair | Spearman [blocks] | [heads] | within-layer mean |", "|---|---|---|---|"]
             for pair, cell in agreement.items():
-                lines.append(f"| {pair} | {_fmt(cell['spearman'])} [{_fmt(cell['ci_low'])}, {_fmt(cell['ci_high'])}] |")
+                low, high = head_level_interval(cell)
+                within = (cell.get("within_layer") or {}).get("spearman_mean")
+                lines.append(f"| {pair} | {_fmt(cell['spearman'])} [{_fmt(cell['ci_low'])}, {_fmt(cell['ci_high'])}] "
+                             f"| [{_fmt(low)}, {_fmt(high)}] | {_fmt(within)} |")
             lines.append("")
 
     induction_rows = []

@@ -31,3 +31,10 @@ def test_natural_icl_line_gives_the_score_or_the_reason():
     icl.update(reason="the model takes 64 positions (--tokens-per-sample), position 500 needs 501")
     assert _natural_icl_line({"natural_icl": icl})[0].endswith("not computed: " + icl["reason"])
     assert _natural_icl_line({}) == []
+
+
+def test_agreement_section_gives_both_intervals_for_committed_files():
+    tables = build_lm_tables(RESULTS)  # agreement.json written before head-level intervals
+    assert "| pair | Spearman [blocks] | [heads] | within-layer mean |" in tables
+    # confidence~LRP over 8 heads: 0.88 [0.86, 0.93] resampling blocks, Fisher z over heads
+    assert "| confidence~lrp | 0.88 [0.86, 0.93] | [0.44, 0.98] | – |" in tables
