@@ -9,8 +9,10 @@ sample size (target tokens, or sentences with --sentence-avg). The penalty is ad
 whatever the batch size, number of workers or --update-freq: λ values are comparable across
 them, and the logged `loss` stays the translation loss alone (comparable with an ungated model).
 
-Logged besides: expected_l0, l0_loss, open_heads_<type> and every gated head's P(open) as
-`p_open/<type>/<layer>/<head>` (TensorBoard groups the tags by their first part).
+Logged besides (console, log file and TensorBoard alike): expected_l0, l0_loss and
+open_heads_<type>. Each head's P(open) is not a metric here, so that the console line stays one
+field per summary: the `*_heads` tasks write it to TensorBoard (`p_open/<type>/<layer>/<head>`)
+and to --gate-trace (tasks/head_hooks.py).
 """
 import math
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 from fairseq.logging import metrics
 
-from ..models.gated_transformer import expected_l0, iter_gates, open_heads_per_type
+from ..models.gated_transformer import expected_l0, open_heads_per_type
 from .lagrangian import HeadCountLagrangian, reduce_lagrangian_metrics
 from ..heads import ATTENTION_TYPES
 
@@ -43,13 +45,6 @@ class LabelSmoothedCrossEntropyL0Config(LabelSmoothedCrossEntropyCriterionConfig
                           "λ1 (E[L0] - K) + λ2 (E[L0] - K)^2 with trainable multipliers, and the "
                           "end model keeps the top-K log-alphas (see pruning/head_target.py)"},
     )
-
-
-P_OPEN_PREFIX = "p_open/"
-
-
-def p_open_key(attention_type: str, layer: int, head: int) -> str:
-    return f"{P_OPEN_PREFIX}{attention_type.replace('-', '_')}/{layer}/{head}"
 
 
 def open_heads_key(attention_type: str) -> str:
@@ -77,15 +72,12 @@ def add_l0_terms(criterion, model, loss, sample_size, logging_output):
     logging_output["l0_loss"] = criterion.l0_lambda * penalty.item()
     for attention_type, (opened, _) in open_heads_per_type(model).items():
         logging_output[open_heads_key(attention_type)] = opened
-    for attention_type, layer, gate in iter_gates(model):
-        for head, p_open in enumerate(gate.prob_open().detach().tolist()):
-            logging_output[p_open_key(attention_type, layer, head)] = p_open
     return loss
 
 
 def reduce_l0_metrics(logging_outputs) -> None:
-    """Log expected L0, the L0 loss, open heads per type and each head's P(open), averaged over
-    batches, then the --target-heads Lagrangian's values."""
+    """Log expected L0, the L0 loss and open heads per type, averaged over batches, then the
+    --target-heads Lagrangian's values."""
     batches = sum(log.get("l0_batches", 0) for log in logging_outputs)
     if batches == 0:
         return
@@ -95,10 +87,6 @@ def reduce_l0_metrics(logging_outputs) -> None:
         key = open_heads_key(attention_type)
         if any(key in log for log in logging_outputs):
             metrics.log_scalar(key, sum(log.get(key, 0) for log in logging_outputs) / batches, batches, round=1)
-    keys = sorted({key for log in logging_outputs for key in log if key.startswith(P_OPEN_PREFIX)})
-    for key in keys:  # after the totals: console logs list them last
-        metrics.log_scalar(key, sum(log.get(key, 0) for log in logging_outputs) / batches, batches,
-                           priority=100, round=3)
     reduce_lagrangian_metrics(logging_outputs, batches)  # --target-heads extension
 
 

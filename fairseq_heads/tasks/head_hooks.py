@@ -1,5 +1,6 @@
-"""What the `*_heads` tasks add to a fairseq task: `--head-mask`, `--gate-trace` and
-`--validation-trace` / `--stop-on-plateau` (the converged protocol's stopping rule).
+"""What the `*_heads` tasks add to a fairseq task: `--head-mask`, `--gate-trace`, each gated
+head's P(open) in TensorBoard, and `--validation-trace` / `--stop-on-plateau` (the converged
+protocol's stopping rule).
 
 `HeadHooksConfig` holds the options, `HeadHooksMixin` the hooks (build_model applies the mask;
 train_step records the gates; post_validate records each validation and applies the stopping
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import torch.distributed as dist
+from omegaconf import II
 
 from ..convergence import (
     DEFAULT_LOSS_TOLERANCE,
@@ -45,6 +47,10 @@ class HeadHooksConfig:
     gate_trace_interval: int = field(
         default=50, metadata={"help": "updates between two --gate-trace records"}
     )
+    # fairseq's own --tensorboard-logdir and --log-interval (no flags of ours): where and how often
+    # each gated head's P(open) goes to TensorBoard (GateProbabilityWriter)
+    tensorboard_logdir: Optional[str] = II("common.tensorboard_logdir")
+    log_interval: int = II("common.log_interval")
     validation_trace: Optional[str] = field(
         default=None,
         metadata={"help": "append one JSON line per validation (update, valid loss, open heads, "
@@ -77,6 +83,45 @@ def gate_record(model, update: int) -> dict:
             heads.append({"type": attention_type, "layer": layer, "head": head,
                           "log_alpha": log_alpha, "p_open": round(p_open, 5), "open": int(is_open)})
     return {"update": update, "heads": heads}
+
+
+def p_open_tag(attention_type: str, layer: int, head: int) -> str:
+    """TensorBoard groups the tags by their first part: one `p_open` section, a curve per head."""
+    return f"p_open/{attention_type.replace('-', '_')}/{layer}/{head}"
+
+
+TENSORBOARD_RUN = "gates"
+
+
+class GateProbabilityWriter:
+    """Each gated head's P(open) as TensorBoard scalars `p_open/<type>/<layer>/<head>`, in the
+    run <--tensorboard-logdir>/gates (rank 0 only, as fairseq). A run of its own: TensorBoard
+    follows only the newest event file of a run directory while it grows, and fairseq's writer
+    for train_inner opens its file after this one.
+
+    Not logged through fairseq.logging.metrics: fairseq hands one stats dict to every sink
+    alike (TensorboardProgressBarWrapper.log writes it to TensorBoard, then passes the same dict
+    to the console bar; only meters named "_..." are left out, of both), so per-head metrics
+    would put one field per head on every console line. The console keeps the criterion's
+    summaries (expected_l0, open_heads_<type>); the per-head values are written here, and to
+    --gate-trace."""
+
+    def __init__(self, logdir: str):
+        self.logdir = logdir
+        self._writer = None
+
+    def write(self, model, update: int) -> None:
+        gates = list(iter_gates(model))
+        if not gates:
+            return  # no event file for a model without gates
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(os.path.join(self.logdir, TENSORBOARD_RUN))
+        for attention_type, layer, gate in gates:
+            for head, p_open in enumerate(gate.prob_open().detach().tolist()):
+                self._writer.add_scalar(p_open_tag(attention_type, layer, head), p_open, update)
+        self._writer.flush()
 
 
 def trim_gate_trace(path: str, first_update: int) -> None:
@@ -177,6 +222,8 @@ class HeadHooksMixin:
         if options.gate_trace_interval < 1:
             raise ValueError(f"--gate-trace-interval must be >= 1, got {options.gate_trace_interval}")
         self._last_traced_update = None
+        self._last_tensorboard_update = None
+        self._gate_probability_writer = None
         self._trace_trimmed = False
         self.validations: list = []  # this run's Validation records (and a resumed run's before)
         self.converged = None  # the Validation at which --stop-on-plateau fired
@@ -206,6 +253,7 @@ class HeadHooksMixin:
             if update_num % interval == 0 and update_num != self._last_traced_update:
                 self._last_traced_update = update_num
                 append_gate_trace(model, update_num, path)
+        self._write_gate_probabilities(model, update_num, rank)
         if not self._trace_trimmed:
             self._trace_trimmed = True
             validation_trace = self.head_options.validation_trace
@@ -217,6 +265,19 @@ class HeadHooksMixin:
                 if rank == 0:
                     trim_validation_trace(validation_trace, update_num)
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+
+    def _write_gate_probabilities(self, model, update_num: int, rank: int) -> None:
+        """P(open) per head to TensorBoard every --log-interval updates, labelled as the gate
+        trace labels its records: the gates after `update_num` updates."""
+        options = self.head_options
+        logdir = getattr(options, "tensorboard_logdir", None)  # None: a task built without fairseq-train's config
+        if not logdir or rank != 0 or update_num == self._last_tensorboard_update:
+            return
+        if update_num % (getattr(options, "log_interval", None) or 1) == 0:
+            self._last_tensorboard_update = update_num
+            if self._gate_probability_writer is None:
+                self._gate_probability_writer = GateProbabilityWriter(logdir)
+            self._gate_probability_writer.write(model, update_num)
 
     def post_validate(self, model, stats, agg):
         """After each validation (fairseq-train calls it with the subset's stats): record it,

@@ -74,10 +74,15 @@ def test_large_lambda_closes_heads_and_zero_lambda_does_not(finetuned):
     assert open_heads(finetuned[5.0]["save_dir"] / "checkpoint_last.pt") < heads
 
 
+def console_records(process):
+    """The JSON records of fairseq-train's console lines (train, train_inner, valid)."""
+    log = process.stderr + process.stdout
+    return [json.loads(line[line.index("{"):]) for line in log.splitlines()
+            if "{" in line and ("| train |" in line or "| valid |" in line or "| train_inner |" in line)]
+
+
 def test_l0_metrics_are_logged_at_training_and_validation(finetuned):
-    log = finetuned[5.0]["resumed"].stderr + finetuned[5.0]["resumed"].stdout
-    records = [json.loads(line[line.index("{"):]) for line in log.splitlines()
-               if "{" in line and ("| train |" in line or "| valid |" in line or "| train_inner |" in line)]
+    records = console_records(finetuned[5.0]["resumed"])
     valid = [r for r in records if "valid_loss" in r]
     train = [r for r in records if "train_inner_loss" in r or "train_loss" in r]
     assert valid and train
@@ -87,22 +92,42 @@ def test_l0_metrics_are_logged_at_training_and_validation(finetuned):
     assert float(valid[-1]["valid_expected_l0"]) < 24
 
 
+def test_the_console_line_has_summaries_and_no_per_head_gate_values(finetuned):
+    for run in ("first", "resumed"):
+        records = console_records(finetuned[5.0][run])
+        prefixes = {next((p for p in ("train_", "valid_", "") if f"{p}loss" in r), None) for r in records}
+        assert prefixes == {"train_", "valid_", ""}  # "": train_inner lines (fairseq: no prefix)
+        assert all(f"{p}expected_l0" in r for r in records for p in prefixes if f"{p}loss" in r)
+        assert [key for r in records for key in r if "p_open" in key] == []
+
+
 def test_gate_metrics_are_in_the_tensorboard_event_files(finetuned):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run = finetuned[5.0]
     heads = [f"p_open/{t.replace('-', '_')}/{layer}/{head}" for t in ALL_TYPES.split(",")
              for layer in range(2) for head in range(4)]
-    for tag in ("train_inner", "train", "valid"):
-        events = EventAccumulator(str(run["save_dir"] / "tensorboard" / tag))
+    summaries = {"expected_l0", "open_heads_enc_self", "open_heads_dec_self", "open_heads_enc_dec"}
+    def scalars(run_name):
+        events = EventAccumulator(str(run["save_dir"] / "tensorboard" / run_name))
         events.Reload()
-        scalars = set(events.Tags()["scalars"])
-        wanted = {"expected_l0", "open_heads_enc_self", "open_heads_dec_self", "open_heads_enc_dec", *heads}
-        assert wanted <= scalars, (tag, sorted(wanted - scalars))
-        p_open = events.Scalars(heads[0])
-        assert p_open and all(0 <= e.value <= 1 for e in p_open)
+        return events, set(events.Tags()["scalars"])
+
+    for tag in ("train_inner", "train", "valid"):
+        events, tags = scalars(tag)
+        assert summaries <= tags and not tags & set(heads), (tag, sorted(tags))
         if tag == "train_inner":  # both runs, every --log-interval 5 updates
             assert [e.step for e in events.Scalars("expected_l0")] == list(range(5, 41, 5))
+    # each head's P(open), a run of its own: the gates after N updates at step N, every
+    # --log-interval updates, the values the gate trace records (its interval is 5 too)
+    events, tags = scalars("gates")
+    assert tags == set(heads)
+    trace = {record["update"]: {(h["type"], h["layer"], h["head"]): h["p_open"] for h in record["heads"]}
+             for record in map(json.loads, run["trace"].read_text().splitlines())}
+    for t, layer, head in (("enc-self", 0, 0), ("enc-dec", 1, 3)):
+        p_open = {e.step: e.value for e in events.Scalars(f"p_open/{t.replace('-', '_')}/{layer}/{head}")}
+        assert sorted(p_open) == sorted(trace) == list(range(0, 36, 5))
+        assert all(p_open[u] == pytest.approx(trace[u][(t, layer, head)], abs=1e-5) for u in trace)
     log = "".join(run[r].stdout + run[r].stderr for r in ("first", "resumed"))
     assert "Please install tensorboardX" not in log and "tensorboard not found" not in log
 
