@@ -35,6 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma list of the attention types to score and prune (enc-self, "
                              "dec-self, enc-dec); the others are kept whole (default: every type "
                              "in the scores, or every gated type)")
+    parser.add_argument("--prune-unit", choices=("query", "kv-group"), default="query",
+                        help="what is kept or removed: single query heads (a KV head goes with "
+                             "its group's last one), or the KV groups of a grouped-query model "
+                             "whole (--keep counts groups; a group with an open gate is kept, its heads "
+                             "fully open). "
+                             "Default: %(default)s")
 
 
 def run(args) -> int:
@@ -74,7 +80,38 @@ def run(args) -> int:
 
     # Importance pruning means "this model with that head mask": kept heads fully open even if
     # the model has trained gates. Gate pruning keeps the kept heads' gate values.
-    result = prune_checkpoint(args.path, args.out, choose_mask, override_gates=bool(args.from_importance))
+    choose_mask = with_prune_unit(choose_mask, args)
+    # kv-group: the whole-group head mask (kept groups fully open), which may differ from what
+    # the gates decided head by head
+    override = bool(args.from_importance) or args.prune_unit == "kv-group"
+    result = prune_checkpoint(args.path, args.out, choose_mask, override_gates=override)
     print(format_prune_result(result))
+    print(choose_mask.costs)
     print(f"wrote {args.out}")
     return 0
+
+
+def with_prune_unit(choose_by_head, args):
+    """The mask of --prune-unit (kv-group: whole groups), and the attention costs before and
+    after it (params, FLOPs, KV-cache bytes) as the `costs` attribute once chosen."""
+    from ..errors import CommandError
+    from ..heads import heads_per_layer
+    from ..pruning.gqa import attention_cost, format_costs, keep_top_k_groups, kv_groups, whole_group_mask
+
+    if args.prune_unit == "kv-group" and args.per_type:
+        raise CommandError("--per-type goes with --prune-unit query")
+
+    def choose(model):
+        if args.prune_unit == "query":
+            mask = choose_by_head(model)
+        elif args.from_importance:
+            scores = read_head_scores(args.from_importance, args.metric)
+            check_scores_match_model(scores, heads_per_layer(model), args.from_importance)
+            mask = keep_top_k_groups(scores, kv_groups(model), args.keep)
+        else:
+            mask = whole_group_mask(choose_by_head(model), kv_groups(model))
+        choose.costs = format_costs(attention_cost(model), attention_cost(model, mask), 1024)
+        return mask
+
+    choose.costs = ""
+    return choose

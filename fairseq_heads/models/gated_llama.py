@@ -28,11 +28,12 @@ from fairseq.modules import FairseqDropout
 from omegaconf import OmegaConf, open_dict
 from torch import Tensor, nn
 
+from ..gating.group_gate import GroupGate
 from ..gating.hard_concrete import HardConcreteGate
 from .gated_transformer import freeze_parameters, parse_attention_types
 from .gated_transformer_lm import GatedTransformerLanguageModelConfig, lm_gate_defaults
 from .head_layout import apply_head_layout
-from .llama_attention import LlamaAttention
+from .llama_attention import LlamaAttention, query_groups
 from .llama_layers import RMSNorm, SwiGLU
 
 
@@ -44,6 +45,9 @@ class GatedLlamaConfig(GatedTransformerLanguageModelConfig):
     rms_norm_eps: float = dataclasses.field(default=1e-6, metadata={"help": "RMSNorm epsilon"})
     qkv_bias: bool = dataclasses.field(default=False, metadata={
         "help": "biases on the q, k, v projections (Qwen2)"})
+    prune_unit: str = dataclasses.field(default="query", metadata={
+        "help": "what a gate switches off: one query head (query) or a KV group's query heads "
+                "together (kv-group: one gate per KV head; L0 and --target-heads count groups)"})
     dropout: float = dataclasses.field(default=0.0, metadata={"help": "dropout probability"})
     blocked_output_symbols: Optional[str] = dataclasses.field(default=None, metadata={
         "help": "comma list of dictionary indices that are never predicted (log-prob -inf); "
@@ -69,11 +73,17 @@ def parse_blocked_symbols(text: Optional[str]) -> List[int]:
         raise ValueError(f"--blocked-output-symbols: expected comma-separated indices, got {text!r}") from None
 
 
-def head_gate(args, num_heads: int) -> HardConcreteGate:
-    """One gate per query head with the model's gate options."""
-    return HardConcreteGate(num_heads, temperature=args.gate_temperature,
-                            stretch=(args.gate_stretch_low, args.gate_stretch_high),
-                            init_log_alpha=args.gate_init_log_alpha)
+PRUNE_UNITS = ("query", "kv-group")
+
+
+def head_gate(args, num_heads: int, num_kv_heads: int) -> HardConcreteGate:
+    """The block's gates, with the model's gate options: one per query head, or under
+    --prune-unit kv-group one per KV group (gating/group_gate.py)."""
+    options = dict(temperature=args.gate_temperature, init_log_alpha=args.gate_init_log_alpha,
+                   stretch=(args.gate_stretch_low, args.gate_stretch_high))
+    if getattr(args, "prune_unit", "query") == "kv-group":
+        return GroupGate(query_groups(num_heads, num_kv_heads), **options)
+    return HardConcreteGate(num_heads, **options)
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -85,7 +95,7 @@ class LlamaDecoderLayer(nn.Module):
         self.self_attn = LlamaAttention(
             dim, args.decoder_attention_heads, args.decoder_kv_heads, args.rope_theta,
             qkv_bias=args.qkv_bias, dropout=args.attention_dropout,
-            gate=head_gate(args, args.decoder_attention_heads))
+            gate=head_gate(args, args.decoder_attention_heads, args.decoder_kv_heads))
         self.self_attn_layer_norm = RMSNorm(dim, args.rms_norm_eps)
         self.final_layer_norm = RMSNorm(dim, args.rms_norm_eps)
         self.mlp = SwiGLU(dim, args.decoder_ffn_embed_dim)
@@ -143,6 +153,8 @@ class GatedLlamaLanguageModel(TransformerLanguageModel):
         with open_dict(args) if OmegaConf.is_config(args) else contextlib.nullcontext():
             for name, value in fixed.items():  # a checkpoint's config is a closed DictConfig
                 setattr(args, name, value)
+        if args.prune_unit not in PRUNE_UNITS:
+            raise ValueError(f"--prune-unit: expected one of {', '.join(PRUNE_UNITS)}, got {args.prune_unit!r}")
         if args.decoder_embed_dim % args.decoder_attention_heads:
             raise ValueError(f"--decoder-embed-dim {args.decoder_embed_dim} is not a multiple of "
                              f"--decoder-attention-heads {args.decoder_attention_heads}")
@@ -159,7 +171,7 @@ class GatedLlamaLanguageModel(TransformerLanguageModel):
 LLAMA_DEFAULTS = dict(decoder_embed_dim=512, decoder_ffn_embed_dim=1376, decoder_layers=8,
                       decoder_attention_heads=8, decoder_kv_heads=None, rope_theta=10000.0,
                       rms_norm_eps=1e-6, qkv_bias=False, blocked_output_symbols=None, dropout=0.0,
-                      attention_dropout=0.0, share_decoder_input_output_embed=False,
+                      attention_dropout=0.0, share_decoder_input_output_embed=False, prune_unit="query",
                       gated_attention="dec-self")
 
 

@@ -107,6 +107,23 @@ class LlamaAttention(GatedMultiheadAttention):
         self.embed_dim = self.num_heads * self.head_dim  # what fairseq's pruning sets
         self.gate.keep_only(keep)
 
+    def upgrade_state_dict_named(self, state_dict, name):
+        """Gates saved for the other prune unit (fine-tuning an imported or query-gated model
+        with --prune-unit kv-group, or back): a group's log-alpha is the mean of its heads',
+        a head's is its group's."""
+        super().upgrade_state_dict_named(state_dict, name)
+        key = (name + "." if name else "") + "gate.log_alpha"
+        saved, ours = state_dict.get(key), self.gate.log_alpha
+        if saved is None or saved.numel() == ours.numel():
+            return
+        group_of = torch.tensor(self.kv_head_of, device=saved.device)
+        if saved.numel() == self.num_heads and ours.numel() == self.num_kv_heads:
+            sums = torch.zeros(self.num_kv_heads, dtype=saved.dtype, device=saved.device)
+            sums.index_add_(0, group_of, saved)
+            state_dict[key] = sums / torch.bincount(group_of, minlength=self.num_kv_heads).to(saved.dtype)
+        elif saved.numel() == self.num_kv_heads and ours.numel() == self.num_heads:
+            state_dict[key] = saved.index_select(0, group_of)
+
     # ------------------------------------------------------------------ attention
 
     def _cached(self, incremental_state, k: Tensor, v: Tensor,

@@ -25,6 +25,7 @@ from ..heads import heads_per_layer
 from ..models.gate_options import GATE_DEFAULTS, gate_defaults
 from ..models.gated_transformer import GatedTransformerModel, add_gates
 from ..models.gated_transformer_lm import GatedTransformerLanguageModel
+from ..models.gated_llama import GatedLlamaLanguageModel
 from ..gating.head_target import attach_head_target_record
 from .physical import (
     HeadLayout,
@@ -74,7 +75,7 @@ def as_gated_transformer(model: nn.Module, args: Namespace) -> nn.Module:
     """A plain `transformer` becomes a `gated_transformer` (model and options): the default
     enc-self gates, which start open (deterministic gate 1: the function is unchanged). A plain
     `transformer_lm` becomes a `gated_transformer_lm` with dec-self gates."""
-    if isinstance(model, (GatedTransformerModel, GatedTransformerLanguageModel)):
+    if isinstance(model, (GatedTransformerModel, GatedTransformerLanguageModel, GatedLlamaLanguageModel)):
         return model
     if isinstance(model, FairseqLanguageModel):
         args.arch = args._name = "gated_transformer_lm"
