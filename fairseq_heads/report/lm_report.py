@@ -189,8 +189,8 @@ def build_lm_tables(results_dir: str) -> str:
         best = sorted(heads_doc["heads"], key=lambda r: -(r.get("previous_token_mass") or 0))[:3]
         if best and "previous_token_mass" in best[0]:
             lines += ["Strongest heads per function (estimate [95% CI]):", "",
-                      "| head | previous-token mass | induction | duplicate-token mass | labels |",
-                      "|---|---|---|---|---|"]
+                      "| head | previous-token mass | induction | copying (OV) | duplicate-token mass | labels |",
+                      "|---|---|---|---|---|---|"]
             by_induction = sorted(heads_doc["heads"], key=lambda r: -(r.get("induction") or 0))[:3]
             for row in list(dict.fromkeys([(r["layer"], r["head"]) for r in best + by_induction])):
                 r = next(x for x in heads_doc["heads"] if (x["layer"], x["head"]) == row)
@@ -198,7 +198,7 @@ def build_lm_tables(results_dir: str) -> str:
                     f"| L{r['layer']}H{r['head']} | {_fmt(r.get('previous_token_mass'))} "
                     f"[{_fmt(r.get('previous_token_mass_ci_low'))}, {_fmt(r.get('previous_token_mass_ci_high'))}] | "
                     f"{_fmt(r.get('induction'))} [{_fmt(r.get('induction_ci_low'))}, {_fmt(r.get('induction_ci_high'))}] | "
-                    f"{_fmt(r.get('duplicate_token_mass'))} | {', '.join(r.get('labels') or []) or '–'} |")
+                    f"{_fmt(r.get('copying_score'))} | {_fmt(r.get('duplicate_token_mass'))} | {', '.join(r.get('labels') or []) or '–'} |")
             lines.append("")
 
     l0 = sorted((r for r in results if r["kind"] == "l0"), key=lambda r: r["l0_lambda"])

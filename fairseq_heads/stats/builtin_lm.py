@@ -82,7 +82,7 @@ def model_copying_scores(model, shape: Tuple[int, int]) -> Tuple[torch.Tensor, O
                      if t == LM_ATTENTION_TYPE), key=lambda pair: pair[0])
     try:
         scores = copying_scores(model.decoder, [attention for _, attention in blocks])
-    except (AttributeError, ValueError) as error:  # not a fairseq Transformer decoder's weights
+    except (AttributeError, ValueError, RuntimeError) as error:  # not a fairseq Transformer decoder's weights
         return torch.full(shape, float("nan"), dtype=torch.float64), f"{type(error).__name__}: {error}"
     return scores, None
 
@@ -134,8 +134,10 @@ register(Metric(
 def _lprobs_at(model, src_tokens: torch.Tensor, positions: List[int]) -> torch.Tensor:
     """(B, P, V) next-token log-probabilities at the given positions only: a fairseq Transformer
     decoder projects just those features to the vocabulary (the largest matmul of a small LM)."""
-    decoder = model.decoder
-    if getattr(decoder, "adaptive_softmax", None) is None and hasattr(decoder, "output_layer"):
+    from fairseq.models.transformer import TransformerDecoderBase
+
+    decoder = getattr(model, "decoder", None)
+    if isinstance(decoder, TransformerDecoderBase) and getattr(decoder, "adaptive_softmax", None) is None:
         features, extra = model(src_tokens, features_only=True)
         logits = decoder.output_layer(features[:, positions])
         return model.get_normalized_probs((logits, extra), log_probs=True)

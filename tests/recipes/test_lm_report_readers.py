@@ -20,6 +20,9 @@ def test_committed_stats_folders_still_give_their_drops():
     assert "Repeat-copy loss drop (in-context copying of repeated random probes" in tables
     assert "4.09 [3.87, 4.34]" in tables  # the committed baseline, docs/results/.../tables.md
     assert "| λ=1 | 2 | -0.08 [-0.10, -0.05] |" in tables
+    # heads.json written before copying_score: the column is there, empty
+    assert "| head | previous-token mass | induction | copying (OV) | duplicate-token mass | labels |" in tables
+    assert "| L1H1 | 0.01 [0.01, 0.01] | 0.44 [0.41, 0.49] | – | 0.02 | induction |" in tables
 
 
 def test_natural_icl_line_gives_the_score_or_the_reason():
