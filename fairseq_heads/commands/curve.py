@@ -41,6 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fairseq's --remove-bpe before BLEU (default: %(default)s; 'none' to keep)")
     parser.add_argument("--source-lang", "-s", default=None)
     parser.add_argument("--target-lang", "-t", default=None)
+    parser.add_argument("--prune-unit", choices=("query", "kv-group"), default="query",
+                        help="kv-group: remove the KV groups of a grouped-query model whole "
+                             "(scored by their heads' mean; --steps count groups). "
+                             "Default: %(default)s")
     add_device_and_batch_arguments(parser, max_tokens=None, batch_size=64)
 
 
@@ -71,7 +75,16 @@ def run(args) -> int:
                                                                 args.target_lang))
     check_scores_match_model(scores, heads_per_layer(model), args.scores)
     place_model(model, device.cpu)
-    steps = parse_steps(args.steps, sum(len(r) for rows in scores.values() for r in rows))
+    group_size = 1
+    if args.prune_unit == "kv-group":
+        from ..errors import CommandError
+        from ..pruning.gqa import curve_scores_by_group, kv_groups
+
+        if args.rescore:
+            raise CommandError("--rescore goes with --prune-unit query (it scores single heads)")
+        scores, group_size = curve_scores_by_group(scores, kv_groups(model))
+    steps = [group_size * s for s in parse_steps(
+        args.steps, sum(len(r) for rows in scores.values() for r in rows) // group_size)]
     remove_bpe = None if args.remove_bpe == "none" else args.remove_bpe
 
     language_model = is_language_model(model)

@@ -130,3 +130,15 @@ def format_costs(before: AttentionCost, after: AttentionCost, context: int) -> s
         line(f"attention FLOPs per token (context {context})", before.flops_per_token, after.flops_per_token),
         line("KV-cache bytes per token (float32)", before.kv_cache_bytes_per_token,
              after.kv_cache_bytes_per_token)])
+
+
+def curve_scores_by_group(scores: Mapping[str, List[List[float]]], groups: HeadGroups):
+    """(scores, group size) for a pruning curve that removes whole KV groups: each head scored
+    by its group's mean, so the curve (lowest first, ties to the earlier head) takes a group's
+    heads one after the other; its steps are multiples of the group size, which must be one
+    size for every scored layer."""
+    sizes = {group_of.count(g) for t in scores for group_of in groups[t] for g in set(group_of)}
+    if len(sizes) != 1:
+        raise HeadPruningError(f"--prune-unit kv-group: KV groups of different sizes {sorted(sizes)} "
+                               f"(a pruned model); the curve needs one size")
+    return group_mean_scores(scores, groups), sizes.pop()

@@ -112,3 +112,23 @@ def test_prune_by_importance_keeps_whole_kv_groups(trained_llama, tmp_path, caps
     layout = json.loads(state["cfg"]["model"].head_layout)
     assert layout == {"dec-self": [[2, 3], [0, 1]]}
     assert "KV heads: 4 -> 2 (50.0%)" in capsys.readouterr().out
+
+
+def test_curve_removes_whole_kv_groups(trained_llama, lm_data_bin, tmp_path, capsys):
+    import csv
+
+    from fairseq_heads.cli import main
+
+    scores = tmp_path / "heads.csv"
+    values = [0.1, 0.2, 0.9, 0.0, 0.5, 0.5, 0.05, 0.05]  # group means 0.15, 0.45 | 0.5, 0.05
+    scores.write_text("type,layer,head,lrp\n" + "".join(
+        f"dec-self,{i // 4},{i % 4},{v}\n" for i, v in enumerate(values)))
+    out = tmp_path / "curve.csv"
+    assert main(["curve", str(lm_data_bin), "--path", str(trained_llama / "checkpoint_last.pt"),
+                 "--scores", str(scores), "--metric", "lrp", "--steps", "0,1,2", "--prune-unit",
+                 "kv-group", "--gen-subset", "valid", "--out", str(out), "--cpu"]) == 0
+    rows = list(csv.DictReader(open(out)))
+    assert [int(r["heads_removed"]) for r in rows] == [0, 2, 4]
+    # lowest group first: layer 1's heads 2, 3 (mean 0.05), then layer 0's heads 0, 1 (0.15)
+    assert rows[2]["removed_heads"] == "dec-self:1:2;dec-self:1:3;dec-self:0:0;dec-self:0:1"
+    assert float(rows[0]["perplexity"]) != float(rows[2]["perplexity"])
