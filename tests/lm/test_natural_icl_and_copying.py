@@ -70,3 +70,14 @@ def test_copying_score_column_is_the_weights_copying_score(lm_stats, plain_lm, l
         assert row["copying_score"] == pytest.approx(expected[row["layer"], row["head"]].item(), abs=1e-9)
         assert -1.0 <= row["copying_score"] <= 1.0
     assert "repeat_copy_loss_drop" in lm_stats.meta["induction"]
+
+
+@pytest.mark.parametrize("positions", ["500,50", "50", "a,b"])
+def test_bad_positions_fail_in_one_line_naming_the_option(positions, plain_lm, lm_data_bin, tmp_path, capsys):
+    from fairseq_heads import cli
+
+    assert cli.main(["stats", str(lm_data_bin), "--path", str(plain_lm), "--out-dir", str(tmp_path / "out"),
+                     "--cpu", "--log-format", "none", "--icl-positions", positions]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--icl-positions: expected" in lines[0], lines
+    assert not (tmp_path / "out").exists()
