@@ -52,6 +52,8 @@ SUBCOMMANDS = [
      "tables.md and figures from the LM recipe's results folder"),
     ("report", "report", "add_report_arguments", "run_report",
      "tables.md, figures and report.html from a recipe's results folder"),
+    ("recipe", "pipeline.command", "add_arguments", "run",
+     "run a recipe's steps (data, training, BLEU, statistics, pruning, report), resumably"),
 ]
 
 
@@ -73,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     user_dir.set_defaults(run=cmd_user_dir)
 
     for name, module_name, add_arguments, run, help_text in SUBCOMMANDS:
-        module = importlib.import_module(f".commands.{module_name}", __package__)
+        # a bare name is a module of fairseq_heads.commands; a dotted one is under fairseq_heads
+        module = importlib.import_module(f".{module_name}" if "." in module_name
+                                         else f".commands.{module_name}", __package__)
         subparser = commands.add_parser(name, help=help_text)
         getattr(module, add_arguments)(subparser)
         subparser.set_defaults(run=getattr(module, run))

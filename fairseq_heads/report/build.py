@@ -31,6 +31,8 @@ class Inputs(NamedTuple):
     # converged models with a finished L0 phase but no result file yet: their settings (from
     # the name, layout.converged_model_settings) and phase "l0"; traces has their L0 trace
     l0_phases: List[dict] = []
+    # the curves of curves/<metric>/curve.csv, one per importance metric, by metric
+    curves: Dict[str, List[Dict[str, str]]] = {}
 
 
 class Section(NamedTuple):
@@ -96,11 +98,28 @@ def load_inputs(results_dir: str) -> Inputs:
     l0_phases = unfinished_l0_phases(results_dir, results)
     for phase in l0_phases:
         traces[phase["name"]] = phase.pop("trace")
-    return Inputs(results,
-                  read_csv_rows(heads_csv) if os.path.isfile(heads_csv) else None,
-                  agreement,
-                  read_csv(curve_csv) if os.path.isfile(curve_csv) else None,
-                  traces, results_dir, translations, l0_phases)
+    curves = {os.path.basename(os.path.dirname(path)): read_csv(path)
+              for path in sorted(glob.glob(os.path.join(results_dir, layout.CURVES, "*", "curve.csv")))}
+    heads = read_csv_rows(heads_csv) if os.path.isfile(heads_csv) else None
+    syntax_csv = os.path.join(results_dir, layout.SYNTAX_STATS, layout.HEADS_CSV)
+    if heads is not None and os.path.isfile(syntax_csv):
+        heads = merge_head_statistics(heads, read_csv_rows(syntax_csv))
+    curve = read_csv(curve_csv) if os.path.isfile(curve_csv) else next(iter(curves.values()), None)
+    return Inputs(results, heads, agreement, curve, traces, results_dir, translations, l0_phases, curves)
+
+
+def merge_head_statistics(heads: List[Dict[str, str]], more: List[Dict[str, str]]) -> List[Dict[str, str]]:
+    """The rows of `heads` with the columns of `more` (the same heads' statistics on another
+    set: syntactic heads on a parsed one) that they lack, and both sets' labels."""
+    by_head = {(row["type"], row["layer"], row["head"]): row for row in more}
+    merged = []
+    for row in heads:
+        extra = by_head.get((row["type"], row["layer"], row["head"]), {})
+        combined = {**{k: v for k, v in extra.items() if k != "labels"}, **row}
+        labels = [text for text in (row.get("labels", ""), extra.get("labels", "")) if text]
+        combined["labels"] = ";".join(labels)
+        merged.append(combined)
+    return merged
 
 
 def unfinished_l0_phases(results_dir: str, results: List[dict]) -> List[dict]:
@@ -154,10 +173,11 @@ def _differences(inputs: Inputs, kinds) -> Tuple[str, Table]:
 
 def _encoder_section(inputs: Inputs, draw: Callable) -> Section:
     shown = tables.headline(inputs.results)
-    table = tables.encoder_pruning_table(inputs.results, inputs.curve)
+    table = tables.encoder_pruning_table(inputs.results, inputs.curve, inputs.curves)
     curve = tables.curve_points(inputs.curve) if inputs.curve else []
+    more = {metric: tables.curve_points(rows) for metric, rows in inputs.curves.items()}
     name = draw("encoder_pruning.png", figures.encoder_pruning_figure,
-                tables.encoder_sweep_points(shown), curve)
+                tables.encoder_sweep_points(shown), curve, more_curves=more)
     return Section("1. Encoder heads: BLEU against heads kept (L0 sweep, decoder frozen) and "
                    "heuristic pruning", [("", table), _differences(inputs, [layout.ENCODER_L0])],
                    [("BLEU against encoder heads kept", name)])
@@ -268,8 +288,8 @@ SECTION_TITLES = (
 def build_sections(inputs: Inputs, figure_dir: str, trace_lambda: Optional[float] = None) -> List[Section]:
     """Every section, drawing its figures into figure_dir; a section whose inputs are missing
     comes back with `skipped` set."""
-    def draw(name, function, *args):
-        function(*args, os.path.join(figure_dir, name))
+    def draw(name, function, *args, **options):
+        function(*args, os.path.join(figure_dir, name), **options)
         return name
 
     builders = [_encoder_section, _all_types_section, _first_losses_section, _functions_section,

@@ -1,5 +1,5 @@
 """The report's figures (matplotlib, Agg backend), each drawn into a given PNG path."""
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..heads import ATTENTION_TYPES
 from ..plotting import pyplot
@@ -14,14 +14,18 @@ def _save(figure, path: str, **savefig_options) -> None:
 
 
 def encoder_pruning_figure(points: Sequence[Tuple[str, int, float]],
-                           curve: Sequence[Tuple[int, float]], path: str) -> None:
+                           curve: Sequence[Tuple[int, float]], path: str,
+                           more_curves: Optional[Dict[str, Sequence[Tuple[int, float]]]] = None) -> None:
     """BLEU against encoder heads kept: the L0 models as labelled points, the heuristic
-    (Michel et al.) pruning curve as a line."""
+    (Michel et al.) pruning curve as a line; with `more_curves` ({metric: points}) one line
+    per importance metric instead."""
     plt = pyplot()
     figure, axes = plt.subplots(figsize=(6, 4))
-    if curve:
-        axes.plot([k for k, _ in curve], [b for _, b in curve], "o-", color="tab:gray",
-                  label="heuristic pruning (Michel et al.)")
+    lines = {f" by {metric}": points_ for metric, points_ in (more_curves or {}).items()} or {"": curve}
+    for (suffix, line), marker in zip(lines.items(), ("o-", "^--", "v:", "d-.")):
+        if line:
+            axes.plot([k for k, _ in line], [b for _, b in line], marker, color="tab:gray",
+                      label=f"heuristic pruning (Michel et al.){suffix}")
     axes.plot([k for _, k, _ in points], [b for _, _, b in points], "s", color="tab:red",
               label="L0 gates, decoder frozen")
     for label, kept, bleu in points:

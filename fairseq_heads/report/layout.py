@@ -9,7 +9,10 @@
                                   while <model> has no result file yet (its fixed-mask phase or
                                   BLEU still to come); <model> names its settings (below)
     stats/baseline/heads.csv, agreement.json   `fairseq-heads stats` of the baseline
+    stats/syntax/heads.csv        the baseline's syntactic heads on another, parsed set (PUD),
+                                  when the statistics above ran on an unparsed one (in domain)
     curve/curve.csv               `fairseq-heads curve` of the baseline (encoder heads)
+    curves/<metric>/curve.csv     the same, one per importance metric (the pipeline's recipes)
     tables.md, report.html, figures/*.png   written by `fairseq-heads report`
 """
 import os
@@ -24,7 +27,9 @@ GATE_TRACE = "gate_trace.jsonl"
 BASELINE_STATS = os.path.join("stats", "baseline")
 HEADS_CSV = "heads.csv"
 AGREEMENT_JSON = "agreement.json"
+SYNTAX_STATS = os.path.join("stats", "syntax")
 CURVE_CSV = os.path.join("curve", "curve.csv")
+CURVES = "curves"
 TABLES_MD = "tables.md"
 REPORT_HTML = "report.html"
 FIGURES = "figures"

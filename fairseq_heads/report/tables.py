@@ -133,14 +133,20 @@ def curve_points(curve_rows: Sequence[Dict[str, str]]) -> List[Tuple[int, float]
         raise MissingInput(f"curve.csv is not a `fairseq-heads curve` table ({error})") from None
 
 
-def encoder_pruning_table(results: Sequence[dict], curve_rows: Optional[Sequence[Dict[str, str]]]) -> Table:
+def encoder_pruning_table(results: Sequence[dict], curve_rows: Optional[Sequence[Dict[str, str]]],
+                          more_curves: Optional[Dict[str, Sequence[Dict[str, str]]]] = None) -> Table:
     """BLEU against encoder heads kept: the headline L0 models (see `headline`), then, when those
     are converged, the quick protocol's models as rows labelled so; for each, the curve's BLEU at
-    the nearest number of heads kept (the heuristic pruning at about the same size)."""
+    the nearest number of heads kept (the heuristic pruning at about the same size). With
+    `more_curves` ({metric: rows}: the curves of several importance metrics) one such pair of
+    columns per metric; `curve_rows` is then ignored."""
     shown = headline(results)
     if not by_kind(shown, ENCODER_L0):
         raise MissingInput("no encoder-only L0 results (kind encoder_l0)")
-    curve = curve_points(curve_rows) if curve_rows else []
+    if more_curves:
+        curves = {metric: curve_points(rows) for metric, rows in more_curves.items()}
+    else:
+        curves = {"": curve_points(curve_rows) if curve_rows else []}
     baseline = baseline_result(results)
     total = baseline["heads_total"]["enc-self"]
     pruned = by_kind(shown, ENCODER_L0)
@@ -148,21 +154,26 @@ def encoder_pruning_table(results: Sequence[dict], curve_rows: Optional[Sequence
     rows = []
     for result in [baseline] + pruned + quick:
         kept = int(result["heads_kept"]["enc-self"])
-        nearest = min(curve, key=lambda p: (abs(p[0] - kept), p[0])) if curve else None
         if result is baseline:
             label, protocol = "baseline", ""
         else:
             label = f"λ={format_lambda(result['l0_lambda'])}" + ("" if result in pruned else " (quick protocol)")
             protocol = protocol_label(result)
-        rows.append([label, protocol, f"{kept}/{total}", result["bleu"],
-                     nearest[1] if nearest else None, nearest[0] if nearest else None])
+        row = [label, protocol, f"{kept}/{total}", result["bleu"]]
+        for curve in curves.values():
+            nearest = min(curve, key=lambda p: (abs(p[0] - kept), p[0])) if curve else None
+            row += [nearest[1] if nearest else None, nearest[0] if nearest else None]
+        rows.append(row)
     notes = []
-    if not curve:
+    if not any(curves.values()):
         notes.append("no Michel et al. curve (curve/curve.csv): its columns are empty")
     if quick:
         notes.append(QUICK_NOTE)
-    return Table(["model", "protocol", "encoder heads kept", "BLEU", "BLEU, heuristic pruning",
-                  "heads kept (heuristic)"], rows, "; ".join(notes))
+    columns = ["model", "protocol", "encoder heads kept", "BLEU"]
+    for metric in curves:
+        columns += ([f"BLEU, heuristic pruning by {metric}", f"heads kept ({metric})"] if metric
+                    else ["BLEU, heuristic pruning", "heads kept (heuristic)"])
+    return Table(columns, rows, "; ".join(notes))
 
 
 # ------------------------------------------------------------------ (2) all attention types

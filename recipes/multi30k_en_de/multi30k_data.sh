@@ -1,5 +1,5 @@
 # recipes/multi30k_en_de/multi30k_data.sh: the step `data` of a model trained here (run.sh without
-# BASELINE, gpu.sh): Multi30k en->de from $M with an 8,000-piece joint sentencepiece model, test =
+# BASELINE): Multi30k en->de from $M with an 8,000-piece joint sentencepiece model, test =
 # test2016. Sourced after setting M and DATA_WORKERS; sets DATA_KEY and prepare_data.
 DATA_KEY="multi30k $M vocab 8000"
 prepare_data() {

@@ -15,7 +15,9 @@ LAYERS = [
     {"stats"},
     {"pruning", "hf"},
     {"report"},
-    {"commands", "cli"},
+    {"commands"},
+    {"pipeline"},
+    {"cli"},
 ]
 
 

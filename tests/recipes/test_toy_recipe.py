@@ -2,7 +2,7 @@
 20-30 updates per training) writes every table and figure; a re-run skips every step; a step
 that fails leaves no done marker and no result behind. The other recipes share its steps
 (recipes/paper_tables.sh, toy_scale.sh): `wmt_en_ru/run.sh` runs its first steps here, with
-ANALYSIS=no; `multi30k_en_de/gpu.sh` has its own test (test_gpu_recipe.py).
+ANALYSIS=no.
 
 Takes a few minutes on 2 CPU cores (mostly starting ~17 Python processes).
 """

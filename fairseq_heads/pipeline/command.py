@@ -1,0 +1,119 @@
+"""`fairseq-heads recipe NAME --scale SCALE --results DIR [--set KEY=VALUE ...]`: run a recipe's
+steps (pipeline.runner), skipping those done with the same key, resuming interrupted trainings.
+
+    fairseq-heads recipe europarl_en_it --scale toy --results work/toy
+    fairseq-heads recipe europarl_en_it --scale gpu --results R --set l0.encoder_lambdas=0.01 --jobs 3
+    fairseq-heads recipe europarl_en_it --scale gpu --results R --only syntax_data   # the CPU part
+    fairseq-heads recipe europarl_en_it --scale gpu --results R --pack OUT/results.tar.gz
+"""
+import argparse
+import json
+import logging
+import os
+import platform
+import signal
+import sys
+
+from ..errors import CommandError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from .recipes import RECIPES
+
+    parser.add_argument("recipe", choices=sorted(RECIPES), help="which recipe")
+    parser.add_argument("--scale", required=True, help="the recipe's config: " + "; ".join(
+        f"{name}: {', '.join(scales)}" for name, scales in sorted(RECIPES.items())))
+    parser.add_argument("--results", required=True, metavar="DIR", help="the results folder")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                        help="override a setting, e.g. l0.encoder_lambdas=0.01,0.02 (repeat)")
+    parser.add_argument("--data-root", default=None, metavar="DIR",
+                        help="where the corpora are (default: ../shared/data beside the repository)")
+    parser.add_argument("--only", default=None, metavar="STEP,...",
+                        help="run only these steps and the steps they read")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="training steps run side by side (default: %(default)s)")
+    parser.add_argument("--pack", default=None, metavar="ARCHIVE.tar.gz",
+                        help="after every step, write the committed subset of the results here")
+    parser.add_argument("--dry-run", action="store_true", help="print each step, its key and state; run nothing")
+
+
+def default_data_root() -> str:
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.join(os.path.dirname(repo), "shared", "data")
+
+
+def machine_info() -> dict:
+    import torch
+
+    info = {"python": platform.python_version(), "torch": torch.__version__,
+            "cpu_count": os.cpu_count(), "processor": platform.processor() or platform.machine()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def build_runner(args):
+    """The recipe's config (with --set), its steps and their runner; checks come first."""
+    from .. import __file__ as package_file
+    from .config import apply_overrides
+    from .nmt import NmtSteps
+    from .pack import pack
+    from .recipes import RECIPES
+    from .runner import Runner
+
+    scales = RECIPES[args.recipe]
+    if args.scale not in scales:
+        raise CommandError(f"--scale {args.scale}: recipe {args.recipe} has {', '.join(scales)}")
+    if args.jobs < 1:
+        raise CommandError(f"--jobs must be >= 1, got {args.jobs}")
+    config = apply_overrides(scales[args.scale], args.overrides)
+    data_root = os.path.abspath(args.data_root or default_data_root())
+    user_dir = os.path.dirname(os.path.abspath(package_file))
+    steps = NmtSteps(config, data_root, user_dir).steps()
+    if args.pack and not args.pack.endswith(".tar.gz"):
+        raise CommandError(f"--pack {args.pack}: the archive's name must end in .tar.gz")
+    on_step_done = (lambda runner: pack(runner.results, args.pack)) if args.pack else None
+    env = dict(os.environ)
+    # fairseq-train run as a module finds fairseq_heads where this process found it
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(user_dir), env.get("PYTHONPATH")) if p)
+    only = [s for s in args.only.split(",") if s] if args.only else None
+    try:
+        runner = Runner(steps, args.results, jobs=args.jobs, on_step_done=on_step_done, env=env, only=only)
+    except ValueError as error:
+        raise CommandError(f"--only: {error}") from None
+    return config, runner
+
+
+def run(args) -> int:
+    from ..files import write_text_atomic
+    from .config import config_dict
+
+    config, runner = build_runner(args)
+    if args.dry_run:
+        for step in runner.steps:
+            state = "done" if runner.is_done(step) else ("run" if step.name in runner.wanted else "-")
+            print(f"{step.name:32s} {runner.keys[step.name]}  {state}")
+        return 0
+    # The console carries the steps ("run  NAME", "skip NAME") and warnings; each step's own
+    # INFO lines go to its log (RESULTS/logs/NAME.log, runner.py).
+    console = logging.StreamHandler(sys.stderr)
+    console.setLevel(logging.WARNING)
+    console.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
+    logging.getLogger().addHandler(console)
+    logging.getLogger().setLevel(logging.INFO)
+    os.makedirs(runner.results, exist_ok=True)
+    write_text_atomic(os.path.join(runner.results, "recipe.json"), json.dumps(
+        {"recipe": args.recipe, "scale": args.scale, "overrides": args.overrides,
+         "config": config_dict(config), "machine": machine_info()}, indent=1) + "\n")
+    # `timeout` (the GPU queue's device command) stops a run with SIGTERM: exit through Python
+    # so that the runner stops the trainings it started
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
+    failed = runner.run()
+    if args.pack:
+        from .pack import pack
+        pack(runner.results, args.pack)
+    if failed:
+        print(f"recipe {args.recipe}: failed or skipped: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    print(f"recipe {args.recipe}: done; results in {runner.results}")
+    return 0

@@ -1,0 +1,92 @@
+"""The work of the recipes' steps, in this process where fairseq allows it: `fairseq-heads`
+commands through their own argument parsers (the same checks as on the command line), and
+fairseq-generate through fairseq's own `main` (no process start, no re-import of torch and
+fairseq for each BLEU). Training runs as its own process (`train_argv`): fairseq-train's
+global state and its CUDA memory end with it.
+"""
+import argparse
+import importlib
+import json
+import os
+import re
+import sys
+from typing import Dict, List, Optional
+
+
+class StepError(Exception):
+    pass
+
+
+def run_fairseq_heads(module: str, add_arguments: str, run: str, argv: List[str]) -> None:
+    """Run `fairseq-heads <command> ARGV` in this process: fairseq_heads.commands.<module>'s
+    argument builder and runner, as cli.py wires them. A non-zero exit raises StepError."""
+    commands = importlib.import_module(f"fairseq_heads.commands.{module}")
+    parser = argparse.ArgumentParser(prog=f"fairseq-heads {module}")
+    getattr(commands, add_arguments)(parser)
+    args = parser.parse_args([str(a) for a in argv])
+    status = getattr(commands, run)(args)
+    if status:
+        raise StepError(f"fairseq-heads {module} exited with {status}")
+
+
+def train_argv(data_bin: str, options: List[str]) -> List[str]:
+    """fairseq-train as a module of this Python (no console script needed where the package
+    is only on PYTHONPATH, as on a bare GPU machine)."""
+    return [sys.executable, "-m", "fairseq_cli.train", data_bin, *[str(o) for o in options]]
+
+
+def generate(data_bin: str, options: List[str], out_file: str) -> None:
+    """fairseq-generate DATA_BIN OPTIONS in this process; its output (S/T/H/D lines and the
+    score line) goes to `out_file`."""
+    from fairseq import options as fairseq_options
+    from fairseq_cli import generate as fairseq_generate
+
+    results_path = os.path.dirname(os.path.abspath(out_file))
+    parser = fairseq_options.get_generation_parser()
+    # as fairseq_cli.generate.cli_main: its parser lacks --arch otherwise
+    parser.add_argument("--arch", "-a", metavar="ARCH", default="wav2vec2")
+    args = fairseq_options.parse_args_and_arch(
+        parser, input_args=[data_bin, *[str(o) for o in options], "--results-path", results_path])
+    fairseq_generate.main(args)
+    written = os.path.join(results_path, f"generate-{args.gen_subset}.txt")
+    os.replace(written, out_file)
+
+
+_JSON_RECORD = re.compile(r"\| (train|valid) \| (\{.*\})\s*$")
+
+
+def training_summary(log_path: str) -> Dict[str, object]:
+    """What a fairseq-train log (--log-format json) says of the run: each epoch's train and
+    valid records, the last update, and target tokens per second (fairseq's `wps`: target
+    tokens; the epochs' rates weighted by their training wall time)."""
+    epochs, valid = [], []
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            match = _JSON_RECORD.search(line)
+            if not match:
+                continue
+            try:
+                record = json.loads(match.group(2))
+            except ValueError:
+                continue
+            (epochs if match.group(1) == "train" else valid).append(record)
+
+    def number(record, name) -> Optional[float]:
+        try:
+            return float(record[name])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    weighted = [(number(r, "train_wps"), number(r, "train_train_wall")) for r in epochs]
+    weighted = [(wps, wall) for wps, wall in weighted if wps is not None and wall]
+    total_wall = sum(wall for _, wall in weighted)
+    return {
+        "epochs": len(epochs),
+        "updates": int(number(epochs[-1], "train_num_updates") or 0) if epochs else 0,
+        "train_wall_seconds": round(total_wall, 1),
+        "target_tokens_per_second": round(sum(w * t for w, t in weighted) / total_wall) if total_wall else None,
+        "best_valid_loss": min((number(r, "valid_loss") for r in valid if number(r, "valid_loss") is not None),
+                               default=None),
+        "train": epochs,
+        "valid": valid,
+    }

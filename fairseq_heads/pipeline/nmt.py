@@ -1,0 +1,324 @@
+"""The translation recipe as steps (runner.Step): the paper's pipeline on one corpus and model
+size, with its settings in one frozen config (`NmtRecipe`, overridable with --set).
+
+    data          prepare: clean -> sentencepiece -> fairseq-preprocess (or the toy corpus)
+    baseline      a plain fairseq `transformer` (its own process; resumable)
+    bleu_baseline sacreBLEU of the baseline on generate.subset
+    stats         confidence, LRP, gradient, positional, rare on stats.subset (in domain: the
+                  recipe's own valid set)
+    syntax_data   PUD (or another parsed set) binarised with the model's sentencepiece and
+                  dictionaries; syntax_stats: syntactic heads on it (gold source parses)
+    enc_l0_<λ>    encoder-only L0 fine-tunes (decoder frozen), λ=0 the control trained as long;
+    all_l0_<λ>    all attention types; each with bleu_<model>
+    curve_<m>     Michel et al.'s curve over encoder heads ranked by metric m, no fine-tune
+    report        tables.md, figures, report.html
+
+Models of a seed other than 1 are named with `_s<seed>`, so that several seeds' results merge
+into one published folder.
+"""
+import dataclasses
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import List, Tuple
+
+from .fairseq_steps import generate, run_fairseq_heads, train_argv, training_summary
+from .runner import Step, StepContext
+
+ALL_TYPES = "enc-self,dec-self,enc-dec"
+
+
+@dataclass(frozen=True)
+class Data:
+    corpus: str = "synthetic"   # "synthetic" (the toy grammar) or a folder under --data-root
+    prefix: Tuple[str, ...] = ("train", "valid", "test")  # file stems of the splits in the folder
+    src: str = "src"
+    tgt: str = "tgt"
+    vocab_size: int = 400
+    max_len: int = 250          # train pairs longer than this (whitespace tokens) are dropped
+    synthetic_sizes: Tuple[int, ...] = (1500, 60, 60)  # train, valid, test sentences of the toy corpus
+
+
+@dataclass(frozen=True)
+class Syntax:
+    """A parsed set for syntactic heads. Empty: the data's own test split and its parses
+    (the toy corpus has them)."""
+    source: str = ""            # files under --data-root
+    target: str = ""            # no parallel PUD for every target language: the source again will do,
+    conllu: str = ""            # as syntactic heads read only the encoder
+
+
+@dataclass(frozen=True)
+class Model:
+    layers: int = 2
+    dim: int = 32
+    heads: int = 4
+    ffn: int = 64
+
+
+@dataclass(frozen=True)
+class Train:
+    max_tokens: int = 1024
+    lr: float = 5e-3
+    warmup: int = 10
+    max_update: int = 30
+    minutes: float = 0.0        # a cap on the baseline's training time (0: none)
+    dropout: float = 0.1
+    label_smoothing: float = 0.1
+    fp16: bool = False
+    seed: int = 1
+
+
+@dataclass(frozen=True)
+class L0:
+    encoder_lambdas: Tuple[float, ...] = (0.002, 0.05)
+    all_lambdas: Tuple[float, ...] = ()
+    control: bool = True        # also λ=0, fine-tuned as long: the reference of pruning costs
+    updates: int = 20
+    lr: float = 1e-3
+    gate_lr_scale: float = 400.0
+    trace_interval: int = 5
+
+
+@dataclass(frozen=True)
+class Generate:
+    subset: str = "test"
+    beam: int = 2
+    batch_size: int = 64
+
+
+@dataclass(frozen=True)
+class Stats:
+    subset: str = "valid"
+    metrics: Tuple[str, ...] = ("confidence", "lrp", "grad", "positional", "rare")
+    grad_normalise: str = "layer"   # Michel et al.'s normalisation over each layer
+    rare_outside_top: int = 0       # the paper's rare-word filter (500); 0: every sentence
+    bootstrap_replicates: int = 20
+    max_tokens: int = 4096
+
+
+@dataclass(frozen=True)
+class Curve:
+    metrics: Tuple[str, ...] = ("grad", "confidence")
+    steps: Tuple[int, ...] = (0, 2, 4, 6)
+    types: str = "enc-self"
+
+
+@dataclass(frozen=True)
+class NmtRecipe:
+    name: str = "toy"
+    data: Data = field(default_factory=Data)
+    syntax: Syntax = field(default_factory=Syntax)
+    model: Model = field(default_factory=Model)
+    train: Train = field(default_factory=Train)
+    l0: L0 = field(default_factory=L0)
+    generate: Generate = field(default_factory=Generate)
+    stats: Stats = field(default_factory=Stats)
+    curve: Curve = field(default_factory=Curve)
+    cpu: bool = True
+
+
+def _asdict(section) -> dict:
+    return dataclasses.asdict(section)
+
+
+def lambda_name(value: float) -> str:
+    return format(value, "g")
+
+
+def seed_suffix(config: NmtRecipe) -> str:
+    return "" if config.train.seed == 1 else f"_s{config.train.seed}"
+
+
+class NmtSteps:
+    """Builds the recipe's steps; `data_root` locates the corpus folders (not part of any key:
+    the same data under another path is the same data)."""
+
+    def __init__(self, config: NmtRecipe, data_root: str, user_dir: str):
+        self.c = config
+        self.data_root = data_root
+        self.user_dir = user_dir
+        self.suffix = seed_suffix(config)
+
+    # ------------------------------------------------------------------ shared options
+    def data_bin(self, context: StepContext) -> str:
+        return context.path("data/bin")
+
+    def common(self) -> List[str]:
+        c = self.c
+        options = ["--user-dir", self.user_dir, "--task", "translation_heads",
+                   "-s", c.data.src, "-t", c.data.tgt, "--num-workers", "0"]
+        return options + (["--cpu"] if c.cpu else [])
+
+    def size(self) -> List[str]:
+        m = self.c.model
+        return ["--encoder-layers", m.layers, "--decoder-layers", m.layers,
+                "--encoder-embed-dim", m.dim, "--decoder-embed-dim", m.dim,
+                "--encoder-ffn-embed-dim", m.ffn, "--decoder-ffn-embed-dim", m.ffn,
+                "--encoder-attention-heads", m.heads, "--decoder-attention-heads", m.heads,
+                "--share-all-embeddings"]
+
+    def training(self, max_tokens: int) -> List[str]:
+        t = self.c.train
+        options = ["--dropout", t.dropout, "--label-smoothing", t.label_smoothing,
+                   "--max-tokens", max_tokens, "--adam-betas", "(0.9,0.98)", "--seed", t.seed,
+                   "--max-source-positions", 256, "--max-target-positions", 256,
+                   "--skip-invalid-size-inputs-valid-test",
+                   "--log-format", "json", "--log-interval", 50, "--no-progress-bar",
+                   "--no-epoch-checkpoints"]
+        # fp16 with fp32 master weights, unflattened: gate_adam must see the gates apart from
+        # the weights (optim/gate_adam.py). Not bf16: fairseq 0.12 ties --bf16 to TPUs.
+        return options + (["--fp16", "--fp16-no-flatten-grads"] if t.fp16 else [])
+
+    # ------------------------------------------------------------------ the steps
+    def steps(self) -> List[Step]:
+        c, s = self.c, self.suffix
+        steps = [
+            Step("data", "data", _asdict(c.data), call=self.run_data),
+            Step(f"baseline{s}", f"models/baseline{s}",
+                 {"model": _asdict(c.model), "train": _asdict(c.train), "fp16": c.train.fp16},
+                 inputs=("data",), command=self.train_baseline, resumable=True),
+            self.bleu_step(f"baseline{s}", "baseline", None),
+            Step(f"stats{s}", f"stats/baseline{s}", _asdict(c.stats),
+                 inputs=("data", f"baseline{s}"), call=self.run_stats),
+        ]
+        syntax_data = "data"
+        if c.syntax.source:
+            syntax_data = "syntax_data"
+            steps.append(Step("syntax_data", "syntax_data", {**_asdict(c.syntax)}, inputs=("data",),
+                              call=self.run_syntax_data))
+        steps.append(Step(f"syntax_stats{s}", f"stats/syntax{s}", {"replicates": c.stats.bootstrap_replicates},
+                          inputs=(syntax_data, f"baseline{s}"), call=self.run_syntax_stats))
+        lambdas = [("enc", lam) for lam in c.l0.encoder_lambdas]
+        lambdas += [("all", lam) for lam in c.l0.all_lambdas]
+        if c.l0.control:
+            lambdas += [(side, 0.0) for side in ("enc", "all") if (side == "enc" and c.l0.encoder_lambdas)
+                        or (side == "all" and c.l0.all_lambdas)]
+        for side, lam in lambdas:
+            name = f"{side}_l0_{lambda_name(lam)}{s}"
+            steps.append(Step(name, f"models/{name}", {"l0": _asdict(c.l0), "side": side, "lambda": lam,
+                                                       "size": _asdict(c.model), "train": _asdict(c.train)},
+                              inputs=("data", f"baseline{s}"), command=self.l0_command(side, lam),
+                              resumable=True))
+            steps.append(self.bleu_step(name, "encoder_l0" if side == "enc" else "all_l0", lam))
+        for metric in c.curve.metrics:
+            steps.append(Step(f"curve_{metric}{s}", f"curves/{metric}{s}", {"curve": _asdict(c.curve),
+                                                                           "generate": _asdict(c.generate)},
+                              inputs=("data", f"baseline{s}", f"stats{s}"), call=self.curve_call(metric)))
+        steps.append(Step("report", None, {}, inputs=tuple(step.name for step in steps), call=self.run_report))
+        return steps
+
+    def run_data(self, context: StepContext) -> None:
+        c = self.c.data
+        work = context.path("prepare")  # kept: prepare skips its finished steps on a re-run
+        if c.corpus == "synthetic":
+            train, valid, test = c.synthetic_sizes
+            inputs = ["--synthetic", "--n-train", train, "--n-valid", valid, "--n-test", test]
+        else:
+            folder = os.path.join(self.data_root, c.corpus)
+            inputs = [f"--{split}" for split in ("train", "valid", "test")]
+            inputs = [item for split, stem in zip(inputs, c.prefix)
+                      for item in (split, f"{folder}/{stem}.{c.src}.gz,{folder}/{stem}.{c.tgt}.gz")]
+        run_fairseq_heads("prepare", "add_arguments", "run", [
+            "--work-dir", work, "--src", c.src, "--tgt", c.tgt, *inputs, "--max-len", c.max_len,
+            "--vocab-size", c.vocab_size, "--workers", max(1, min(16, os.cpu_count() or 1))])
+        shutil.copytree(os.path.join(work, "bin"), os.path.join(context.out, "bin"))
+        shutil.copy2(os.path.join(work, "spm.model"), context.out)
+
+    def train_baseline(self, context: StepContext) -> List[str]:
+        t = self.c.train
+        options = self.common() + self.size() + self.training(t.max_tokens) + [
+            "--arch", "transformer", "--criterion", "label_smoothed_cross_entropy",
+            "--optimizer", "adam", "--lr", t.lr, "--lr-scheduler", "inverse_sqrt",
+            "--warmup-updates", t.warmup, "--max-update", t.max_update, "--save-dir", context.out]
+        if t.minutes:
+            options += ["--stop-time-hours", t.minutes / 60]
+        return train_argv(self.data_bin(context), options)
+
+    def l0_command(self, side: str, lam: float):
+        def command(context: StepContext) -> List[str]:
+            l0, s = self.c.l0, self.suffix
+            types, extra = ("enc-self", ["--freeze-decoder"]) if side == "enc" else (ALL_TYPES, [])
+            options = self.common() + self.size() + self.training(self.c.train.max_tokens) + [
+                "--arch", "gated_transformer", "--gated-attention", types, *extra,
+                "--finetune-from-model", context.path(f"models/baseline{s}/checkpoint_last.pt"),
+                "--criterion", "label_smoothed_cross_entropy_l0", "--l0-lambda", lam,
+                "--optimizer", "gate_adam", "--lr", l0.lr, "--gate-lr-scale", l0.gate_lr_scale,
+                "--lr-scheduler", "fixed", "--max-update", l0.updates, "--save-dir", context.out,
+                "--gate-trace", os.path.join(context.out, "gate_trace.jsonl"),
+                "--gate-trace-interval", l0.trace_interval]
+            return train_argv(self.data_bin(context), options)
+        return command
+
+    def bleu_step(self, model: str, kind: str, lam) -> Step:
+        settings = {"generate": _asdict(self.c.generate), "kind": kind, "lambda": lam}
+        inputs = ("data", model) if model.startswith("baseline") else ("data", model, f"baseline{self.suffix}")
+
+        def call(context: StepContext) -> None:
+            g = self.c.generate
+            model_dir = context.path(f"models/{model}")
+            checkpoint = os.path.join(model_dir, "checkpoint_last.pt")
+            out = os.path.join(context.out, "generate.txt")
+            generate(self.data_bin(context), self.common() + [
+                "--path", checkpoint, "--gen-subset", g.subset, "--beam", g.beam,
+                "--batch-size", g.batch_size, "--remove-bpe", "sentencepiece", "--scoring", "sacrebleu"], out)
+            options = ["--name", model, "--kind", kind, "--subset", g.subset, "--seed", self.c.train.seed,
+                       "--results-dir", context.results]
+            if lam is not None:
+                options += ["--l0-lambda", lam, "--protocol", "quick"]
+            run_fairseq_heads("result", "add_result_arguments", "run_result", [
+                out, "--path", checkpoint, *options, "--out", os.path.join(context.out, "result.json")])
+            summary = training_summary(os.path.join(context.results, "logs", f"{model}.log"))
+            with open(os.path.join(context.out, "training.json"), "w", encoding="utf-8") as f:
+                json.dump(summary, f, indent=1)
+        return Step(f"bleu_{model}", f"results/{model}", settings, inputs=inputs, call=call)
+
+    def stats_argv(self, context: StepContext, data_bin: str, subset: str, metrics: str) -> List[str]:
+        c = self.c
+        argv = [data_bin, "--path", context.path(f"models/baseline{self.suffix}/checkpoint_last.pt"),
+                "--gen-subset", subset, "--metrics", metrics, "--out-dir", context.out,
+                "-s", c.data.src, "-t", c.data.tgt, "--max-tokens", c.stats.max_tokens,
+                "--bootstrap-replicates", c.stats.bootstrap_replicates, "--log-format", "none"]
+        return argv + (["--cpu"] if c.cpu else [])
+
+    def run_stats(self, context: StepContext) -> None:
+        st = self.c.stats
+        argv = self.stats_argv(context, self.data_bin(context), st.subset, ",".join(st.metrics))
+        argv += ["--grad-normalise", st.grad_normalise]
+        if st.rare_outside_top:
+            argv += ["--rare-outside-top", st.rare_outside_top]
+        run_fairseq_heads("stats", "add_stats_arguments", "run_stats", argv)
+
+    def run_syntax_data(self, context: StepContext) -> None:
+        from ..data.extra_subset import binarize_subsets
+
+        c, root = self.c, self.data_root
+        binarize_subsets(self.data_bin(context), context.path("data/spm.model"),
+                         {"test": (os.path.join(root, c.syntax.source), os.path.join(root, c.syntax.target))},
+                         c.data.src, c.data.tgt, os.path.join(context.out, "bin"),
+                         conllu={"test": os.path.join(root, c.syntax.conllu)})
+
+    def run_syntax_stats(self, context: StepContext) -> None:
+        if self.c.syntax.source:
+            data_bin = context.path("syntax_data/bin")
+            conllu = os.path.join(data_bin, "test.conllu" + (".gz" if self.c.syntax.conllu.endswith(".gz") else ""))
+        else:
+            data_bin, conllu = self.data_bin(context), context.path("data/bin/test.conllu")
+        run_fairseq_heads("stats", "add_stats_arguments", "run_stats",
+                          self.stats_argv(context, data_bin, "test", "syntactic") + ["--conllu", conllu])
+
+    def curve_call(self, metric: str):
+        def call(context: StepContext) -> None:
+            c, s = self.c, self.suffix
+            g = c.generate
+            argv = [self.data_bin(context), "--path", context.path(f"models/baseline{s}/checkpoint_last.pt"),
+                    "--scores", context.path(f"stats/baseline{s}/heads.csv"), "--metric", metric,
+                    "--steps", ",".join(str(n) for n in c.curve.steps), "--types", c.curve.types,
+                    "--gen-subset", g.subset, "--beam", g.beam, "--batch-size", g.batch_size,
+                    "-s", c.data.src, "-t", c.data.tgt, "--out", os.path.join(context.out, "curve.csv")]
+            run_fairseq_heads("curve", "add_arguments", "run", argv + (["--cpu"] if c.cpu else []))
+        return call
+
+    def run_report(self, context: StepContext) -> None:
+        run_fairseq_heads("report", "add_report_arguments", "run_report", [context.results])

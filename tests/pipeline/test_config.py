@@ -1,0 +1,39 @@
+"""--set on the recipes' frozen configs: values parsed by each field's type, one-line errors that
+name the setting, the config left as it was."""
+import pytest
+
+from fairseq_heads.errors import CommandError
+from fairseq_heads.pipeline.config import apply_overrides, config_dict
+from fairseq_heads.pipeline.recipes import EUROPARL_BASE_GPU, RECIPES, TOY
+
+
+def test_overrides_are_parsed_by_the_field_type():
+    config = apply_overrides(TOY, ["l0.encoder_lambdas=0.01, 0.02", "train.fp16=yes", "train.seed=3",
+                                   "l0.all_lambdas=", "data.corpus=europarl_en_it", "cpu=false"])
+    assert config.l0.encoder_lambdas == (0.01, 0.02) and config.l0.all_lambdas == ()
+    assert config.train.fp16 is True and config.train.seed == 3 and config.cpu is False
+    assert config.data.corpus == "europarl_en_it"
+    assert TOY.l0.encoder_lambdas == (0.002, 0.05)  # frozen: the recipe's own config is untouched
+    assert config_dict(config)["l0"]["encoder_lambdas"] == (0.01, 0.02)
+
+
+@pytest.mark.parametrize("assignment, message", [
+    ("l0.lambdas=0.1", "--set l0.lambdas: no setting 'lambdas'"),
+    ("train.seed=two", "--set train.seed: expected int, got 'two'"),
+    ("train.fp16=maybe", "--set train.fp16: expected true or false, got 'maybe'"),
+    ("l0=1", "--set l0: l0 is a section"),
+    ("train.seed.x=1", "--set train.seed.x: seed is a value, not a section"),
+    ("seed", "--set must be KEY=VALUE, got 'seed'"),
+])
+def test_bad_overrides_name_the_setting(assignment, message):
+    with pytest.raises(CommandError) as error:
+        apply_overrides(TOY, [assignment])
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_the_gpu_scale_is_the_paper_size_model_and_toy_runs_on_cpu():
+    base = EUROPARL_BASE_GPU
+    assert (base.model.layers, base.model.dim, base.model.heads, base.model.ffn) == (6, 512, 8, 2048)
+    assert base.train.minutes >= 5 and base.train.fp16 and not base.cpu
+    assert base.stats.subset == "valid" and base.l0.control and len(base.l0.encoder_lambdas) == 2
+    assert TOY.cpu and RECIPES["europarl_en_it"] == {"toy": TOY, "gpu": EUROPARL_BASE_GPU}

@@ -1,0 +1,149 @@
+"""pipeline.runner on small real steps (files written by Python calls and by subprocesses):
+keys from settings and inputs, exactly the dependent steps re-run, failures contained, resumable
+training steps, --only, and command steps side by side."""
+import json
+import os
+import sys
+
+import pytest
+
+from fairseq_heads.pipeline import Runner, Step, compute_keys
+
+
+def writer(text):
+    """A call step writing `text` (and what its inputs wrote) to OUT/value.txt."""
+    def call(context):
+        parts = [text] + [open(context.path(f"{i}/value.txt")).read() for i in context.step.inputs]
+        with open(os.path.join(context.out, "value.txt"), "w") as f:
+            f.write("+".join(parts))
+    return call
+
+
+def chain(baseline_lr=1.0, beam=5):
+    """data -> baseline -> {bleu, stats}; stats -> curve; data -> other (independent of baseline)."""
+    return [
+        Step("data", "data", {"vocab": 8}, call=writer("d")),
+        Step("baseline", "baseline", {"lr": baseline_lr}, inputs=("data",), call=writer("b")),
+        Step("bleu", "bleu", {"beam": beam}, inputs=("baseline",), call=writer("u")),
+        Step("stats", "stats", {}, inputs=("baseline",), call=writer("s")),
+        Step("curve", "curve", {"beam": beam}, inputs=("stats",), call=writer("c")),
+        Step("other", "other", {}, inputs=("data",), call=writer("o")),
+    ]
+
+
+def ran(capsys):
+    return [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith(("run ", "resume "))]
+
+
+def test_a_second_run_skips_every_step_and_outputs_hold_the_inputs(tmp_path, capsys):
+    assert Runner(chain(), tmp_path).run() == []
+    assert ran(capsys) == ["data", "baseline", "bleu", "stats", "curve", "other"]
+    assert (tmp_path / "curve" / "value.txt").read_text() == "c+s+b+d"
+    assert Runner(chain(), tmp_path).run() == []
+    assert ran(capsys) == []
+    timings = json.loads((tmp_path / "steps.json").read_text())
+    assert [row["step"] for row in timings] == ["data", "baseline", "bleu", "stats", "curve", "other"]
+    assert all(row["state"] == "done earlier" for row in timings)
+
+
+def test_changing_the_baseline_reruns_exactly_the_steps_downstream_of_it(tmp_path, capsys):
+    Runner(chain(), tmp_path).run()
+    capsys.readouterr()
+    Runner(chain(baseline_lr=0.5), tmp_path).run()
+    assert ran(capsys) == ["baseline", "bleu", "stats", "curve"]
+    Runner(chain(baseline_lr=0.5, beam=4), tmp_path).run()
+    assert ran(capsys) == ["bleu", "curve"]
+
+
+def test_a_key_depends_on_settings_and_on_the_keys_of_inputs_only():
+    keys, changed = compute_keys(chain()), compute_keys(chain(baseline_lr=2.0))
+    assert [name for name in keys if keys[name] != changed[name]] == ["baseline", "bleu", "stats", "curve"]
+    with pytest.raises(ValueError, match="reads late, not declared before it"):
+        compute_keys([Step("early", "e", inputs=("late",), call=writer("e")), Step("late", "l", call=writer("l"))])
+
+
+def failing(context):
+    with open(os.path.join(context.out, "half.txt"), "w") as f:
+        f.write("half")
+    raise RuntimeError("disk full")
+
+
+def test_a_failed_step_leaves_nothing_and_only_its_dependants_are_skipped(tmp_path, capsys):
+    steps = chain()
+    steps[3] = Step("stats", "stats", {}, inputs=("baseline",), call=failing)
+    assert Runner(steps, tmp_path).run() == ["stats", "curve"]
+    out = capsys.readouterr()
+    assert "FAILED stats: RuntimeError: disk full" in out.err
+    assert not (tmp_path / "stats").exists() and not (tmp_path / "stats.partial").exists()
+    assert not (tmp_path / ".steps" / "stats.json").exists() and not (tmp_path / "curve").exists()
+    assert (tmp_path / "bleu" / "value.txt").exists() and (tmp_path / "other" / "value.txt").exists()
+    assert "RuntimeError: disk full" in (tmp_path / "logs" / "stats.log").read_text()
+    # fixed: the next run runs the two that did not finish, nothing else
+    Runner(chain(), tmp_path).run()
+    assert ran(capsys) == ["stats", "curve"]
+
+
+TRAIN = """
+import os, sys
+out, stop_at = sys.argv[1], int(sys.argv[2])
+done = int(open(os.path.join(out, "updates")).read()) if os.path.exists(os.path.join(out, "updates")) else 0
+for update in range(done + 1, 6):
+    open(os.path.join(out, "updates"), "w").write(str(update))
+    if update == stop_at:
+        sys.exit(3)
+"""
+
+
+def training(stop_at, lr=1.0):
+    def command(context):
+        return [sys.executable, "-c", TRAIN, context.out, str(stop_at)]
+    return Step("train", "model", {"lr": lr}, command=command, resumable=True)
+
+
+def test_a_resumable_step_goes_on_from_where_it_stopped_under_the_same_key(tmp_path, capsys):
+    assert Runner([training(stop_at=3)], tmp_path).run() == ["train"]
+    assert (tmp_path / "model.partial" / "updates").read_text() == "3"
+    assert Runner([training(stop_at=0)], tmp_path).run() == []
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.endswith(" train")] == ["run  train", "resume train"]
+    assert (tmp_path / "model" / "updates").read_text() == "5"
+    assert not (tmp_path / "model" / ".step_key").exists()
+
+
+def test_a_resumable_step_starts_afresh_under_another_key(tmp_path, capsys):
+    Runner([training(stop_at=3)], tmp_path).run()
+    capsys.readouterr()
+    assert Runner([training(stop_at=2, lr=0.5)], tmp_path).run() == ["train"]
+    assert (tmp_path / "model.partial" / "updates").read_text() == "2"
+
+
+def test_only_runs_the_named_steps_and_what_they_read(tmp_path, capsys):
+    Runner(chain(), tmp_path, only=["stats"]).run()
+    assert ran(capsys) == ["data", "baseline", "stats"]
+    with pytest.raises(ValueError, match="no step named nope"):
+        Runner(chain(), tmp_path, only=["nope"])
+
+
+RENDEZVOUS = """
+import os, sys, time
+out, mine, other = sys.argv[1:4]
+open(os.path.join(os.path.dirname(out), mine), "w").close()
+for _ in range(600):  # up to 60 s for the other step to start: only side by side both can finish
+    if os.path.exists(os.path.join(os.path.dirname(out), other)):
+        sys.exit(0)
+    time.sleep(0.1)
+sys.exit(1)
+"""
+
+
+def test_command_steps_run_side_by_side_with_jobs(tmp_path):
+    def step(name, other):
+        return Step(name, name, command=lambda context: [sys.executable, "-c", RENDEZVOUS, context.out,
+                                                          f"{name}.started", f"{other}.started"])
+    assert Runner([step("a", "b"), step("b", "a")], tmp_path, jobs=2).run() == []
+
+
+def test_after_every_step_the_hook_sees_the_finished_steps(tmp_path):
+    seen = []
+    Runner(chain()[:3], tmp_path, on_step_done=lambda runner: seen.append(sorted(os.listdir(tmp_path / ".steps")))).run()
+    assert seen == [["data.json"], ["baseline.json", "data.json"], ["baseline.json", "bleu.json", "data.json"]]

@@ -1,0 +1,110 @@
+"""The GPU queue's experiment (a), europarl_en_it, unchanged at toy scale on the CPU, through the
+same two scripts as on the device: recipes/gpu/carry.sh (the data steps run here, packed for the
+offline machine; no wheels in CI) and recipes/gpu/device.sh (unpack, run the rest side by side,
+pack after every step into $OUT). Then what the CPU side does with $OUT: unpack it as a docs
+folder and render the report again from its files alone. Last, changing the baseline's settings
+re-runs exactly the steps that read it."""
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from fairseq_heads.pipeline.pack import unpack
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STEPS_AFTER_DATA = ["baseline", "bleu_baseline", "stats", "syntax_stats",
+                    "enc_l0_0.002", "bleu_enc_l0_0.002", "enc_l0_0.05", "bleu_enc_l0_0.05",
+                    "enc_l0_0", "bleu_enc_l0_0", "curve_grad", "curve_confidence", "report"]
+
+
+def script(name, *args, **env):
+    environment = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS="1", **env)
+    environment["PATH"] = os.path.dirname(sys.executable) + os.pathsep + environment["PATH"]
+    return subprocess.run(["bash", os.path.join(REPO, "recipes", "gpu", name), *args], cwd=REPO,
+                          env=environment, capture_output=True, text=True, timeout=1500)
+
+
+def ran(output):
+    return re.findall(r"^(?:run |resume) (\S+)$", output, re.M)
+
+
+@pytest.fixture(scope="module")
+def device_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpu_queue")
+    carry = script("carry.sh", "europarl_en_it", "--scale", "toy", CARRY=str(root / "carry"),
+                   WORK=str(root / "cpu"), WHEELS="no")
+    assert carry.returncode == 0, carry.stdout[-2000:] + carry.stderr[-2000:]
+    (root / "out").mkdir()
+    device = script("device.sh", "20", "europarl_en_it", "--scale", "toy", "--jobs", "2",
+                    CARRY=str(root / "carry"), OUT=str(root / "out"), RESULTS=str(root / "device"),
+                    SITE=str(root / "site"))
+    assert device.returncode == 0, device.stdout[-3000:] + device.stderr[-3000:]
+    return root, carry, device
+
+
+def test_the_data_steps_run_on_the_cpu_and_the_device_runs_the_rest(device_run):
+    root, carry, device = device_run
+    assert ran(carry.stdout) == ["data"]
+    console = (root / "out" / "console.log").read_text()
+    assert "skip data (done)" in console and "device.sh: exit 0" in console
+    assert sorted(ran(console)) == sorted(STEPS_AFTER_DATA)
+    steps = json.loads((root / "device" / "steps.json").read_text())
+    assert {row["step"]: row["state"] for row in steps} == {"data": "done earlier", **{s: "ran" for s in STEPS_AFTER_DATA}}
+    assert all(row["seconds"] > 0 for row in steps if row["state"] == "ran")
+
+
+def test_the_packed_results_are_the_committed_subset_and_render_the_same_report(device_run, tmp_path):
+    root, _, _ = device_run
+    with tarfile.open(root / "out" / "results.tar.gz") as tar:
+        names = tar.getnames()
+    assert not [n for n in names if n.endswith(".pt") or n.startswith(("data/", "prepare/"))]
+    for name in ("tables.md", "report.html", "recipe.json", "steps.json", "stats/baseline/heads.csv",
+                 "stats/syntax/heads.csv", "curves/grad/curve.csv", "curves/confidence/curve.csv",
+                 "results/baseline/result.json", "results/baseline/training.json",
+                 "results/enc_l0_0/generate.txt.gz", "models/enc_l0_0.05/gate_trace.jsonl.gz",
+                 "logs/baseline.log.gz"):
+        assert name in names, name
+    docs = tmp_path / "docs"
+    unpack(str(root / "out" / "results.tar.gz"), str(docs))
+    for directory, _, files in os.walk(docs):
+        for name in files:
+            path = os.path.join(directory, name)
+            text = gzip.open(path).read() if name.endswith(".gz") else open(path, "rb").read()
+            if not name.endswith(".png"):
+                assert str(root / "device").encode() not in text, path
+    packed = (docs / "tables.md").read_text()
+    report = subprocess.run([sys.executable, "-m", "fairseq_heads.cli", "report", str(docs)],
+                            capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr
+    assert (docs / "tables.md").read_text() == packed
+    assert "BLEU, heuristic pruning by grad" in packed and "Syntactic relations" in packed
+    training = json.loads((docs / "results" / "baseline" / "training.json").read_text())
+    assert training["updates"] == 30 and training["target_tokens_per_second"] > 0
+
+
+def test_changing_the_baseline_reruns_exactly_what_reads_it(device_run):
+    root, _, _ = device_run
+    rerun = subprocess.run([sys.executable, "-m", "fairseq_heads.cli", "recipe", "europarl_en_it",
+                            "--scale", "toy", "--results", str(root / "device"),
+                            "--set", "train.max_update=25"],
+                           capture_output=True, text=True, timeout=1500,
+                           env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert sorted(ran(rerun.stdout)) == sorted(STEPS_AFTER_DATA)
+    assert "skip data (done)" in rerun.stdout
+    with open(root / "device" / "results" / "baseline" / "training.json") as f:
+        assert json.load(f)["updates"] == 25
+
+
+def test_a_bad_setting_exits_2_in_one_line_before_any_step(tmp_path):
+    process = subprocess.run([sys.executable, "-m", "fairseq_heads.cli", "recipe", "europarl_en_it",
+                              "--scale", "toy", "--results", str(tmp_path / "r"), "--set", "train.seed=x"],
+                             capture_output=True, text=True, timeout=300)
+    assert process.returncode == 2
+    assert process.stderr.strip() == "fairseq-heads recipe: error: --set train.seed: expected int, got 'x'"
+    assert not (tmp_path / "r").exists()
