@@ -37,6 +37,15 @@ class RMSNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return rms_norm(x, self.weight, self.eps)
 
+    def conservative_lrp_forward(self, x: Tensor) -> Tensor:
+        """The same values with 1/rms a constant: CP-LRP's rule for LayerNorm's 1/std (Ali et
+        al. 2022, "XAI for Transformers: Better Explanations through Conservative
+        Propagation"), which AttnLRP (Achtibat et al. 2024) applies to RMSNorm too: the norm is
+        a linear map on the modified graph and conserves relevance."""
+        x32 = x.float()
+        scale = torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps).detach()
+        return self.weight * (x32 * scale).to(x.dtype)
+
     def extra_repr(self) -> str:
         return f"{self.weight.numel()}, eps={self.eps}"
 
@@ -80,3 +89,12 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+    def conservative_lrp_forward(self, x: Tensor) -> Tensor:
+        """The same values with the gate silu(gate_proj(x)) a constant: the signal-take-all
+        rule for multiplicative gates (Arras et al. 2017, "Explaining Recurrent Neural Network
+        Predictions in Sentiment Analysis", for LSTM gates), the same choice CP-LRP makes for
+        attention probabilities: all relevance goes through up_proj, and the block, linear on
+        the modified graph, conserves it. (AttnLRP splits a product's relevance evenly between
+        its factors instead.)"""
+        return self.down_proj(F.silu(self.gate_proj(x)).detach() * self.up_proj(x))

@@ -85,7 +85,8 @@ def conservative_lrp_rules(model: nn.Module) -> Iterator[None]:
     - attention: fairseq's Python path, with a forward hook on each block's ``dropout_module``
       (which fairseq applies to the attention probabilities and nothing else) that returns
       them detached;
-    - every ``nn.LayerNorm``: an instance forward computing the same values with a detached std.
+    - every ``nn.LayerNorm``: an instance forward computing the same values with a detached std;
+    - every module with a ``conservative_lrp_forward`` method: that method (RMSNorm, SwiGLU).
     Everything is restored on exit.  Use with the model in eval mode (no dropout).
     """
     handles = []
@@ -97,6 +98,11 @@ def conservative_lrp_rules(model: nn.Module) -> Iterator[None]:
             for module in model.modules():
                 if isinstance(module, nn.LayerNorm) and "forward" not in module.__dict__:
                     module.forward = _layer_norm_with_constant_std(module)
+                    layer_norms.append(module)
+                elif (callable(getattr(type(module), "conservative_lrp_forward", None))
+                      and "forward" not in module.__dict__):
+                    # a module that states its own rule (gated_llama's RMSNorm and SwiGLU)
+                    module.forward = module.conservative_lrp_forward
                     layer_norms.append(module)
             yield
         finally:
