@@ -55,6 +55,7 @@ from fairseq_heads.heads import heads_per_layer  # noqa: E402
 from fairseq_heads.heads import iter_attention  # noqa: E402
 from fairseq_heads.checkpoints import model_options as checkpoint_model_options  # noqa: E402
 from fairseq_heads.pruning.checkpoint import prune_checkpoint  # noqa: E402
+from fairseq_heads.pruning.mask_policy import GivenMask  # noqa: E402
 from fairseq_heads.pruning.curve import batches  # noqa: E402
 
 USER_DIR = os.path.dirname(os.path.abspath(fairseq_heads.__file__))
@@ -187,7 +188,7 @@ def main(argv=None):
         mask_path = os.path.join(work, f"mask_{fraction}.json")
         write_atomic(mask_path, json.dumps(head_mask_to_json(mask)))
         pruned_path = os.path.join(work, f"pruned_{fraction}.pt")
-        prune_checkpoint(args.path, pruned_path, lambda _, mask=mask: mask, override_gates=True)
+        prune_checkpoint(args.path, pruned_path, GivenMask(mask))
         variants[f"masked_{fraction}"] = (args.path, ["--task", "translation_heads", "--head-mask", mask_path], mask)
         variants[f"pruned_{fraction}"] = (pruned_path, [], None)
 

@@ -5,12 +5,7 @@ Argument parsing and wiring only; the work is in `fairseq_heads.pruning`.
 import argparse
 import os
 
-from ..pruning.importance import (
-    METRICS,
-    check_scores_match_model,
-    keep_top_k,
-    read_head_scores,
-)
+from ..pruning.importance import METRICS, read_head_scores
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,74 +39,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    """Check the options, choose the mask (gates or importance scores), prune and save."""
+    """Parse the options into a mask policy (fairseq_heads.pruning.mask_policy), prune and save."""
     from ..files import check_output_file
     from ..errors import CommandError
     from ..checkpoints import check_checkpoint_file
-    from ..gating.head_masks import head_mask_from_gates
-    from ..heads import heads_per_layer
-    from ..models.gated_transformer import iter_gates, parse_attention_types
+    from ..models.gated_transformer import parse_attention_types
     from ..pruning.checkpoint import format_prune_result, prune_checkpoint
+    from ..pruning.mask_policy import KeepOpenGates, KeepTopScored
 
     types = parse_attention_types(args.types, "--types") if args.types else None
     if args.from_importance:
         if args.metric is None or args.keep is None:
             raise CommandError("--from-importance needs --metric and --keep")
         scores = read_head_scores(args.from_importance, args.metric, types)  # checks the metric name first
+        policy = KeepTopScored(scores, args.keep, per_type=args.per_type, unit=args.prune_unit,
+                               source=args.from_importance)
     elif args.metric is not None or args.keep is not None or args.per_type:
         raise CommandError("--metric, --keep and --per-type go with --from-importance")
+    else:
+        policy = KeepOpenGates(types, unit=args.prune_unit)
     if os.path.abspath(args.out) == os.path.abspath(args.path):
         raise CommandError("--out must differ from --path")
     check_output_file(args.out, "--out")
     check_checkpoint_file(args.path)
-
-    def choose_mask(model):
-        if args.from_gates:
-            gated = {t for t, _, _ in iter_gates(model)}
-            if not gated:
-                raise CommandError(f"{args.path}: no gated heads in this checkpoint (use --from-importance)")
-            if types and not types <= gated:
-                raise CommandError(f"--types: {', '.join(sorted(types - gated))} not gated in "
-                                   f"{args.path} (gated: {', '.join(sorted(gated))})")
-            mask = head_mask_from_gates(model)
-            return {t: m for t, m in mask.items() if types is None or t in types}
-        check_scores_match_model(scores, heads_per_layer(model), args.from_importance)
-        return keep_top_k(scores, args.keep, per_type=args.per_type)
-
-    # Importance pruning means "this model with that head mask": kept heads fully open even if
-    # the model has trained gates. Gate pruning keeps the kept heads' gate values.
-    choose_mask = with_prune_unit(choose_mask, args)
-    # kv-group: the whole-group head mask (kept groups fully open), which may differ from what
-    # the gates decided head by head
-    override = bool(args.from_importance) or args.prune_unit == "kv-group"
-    result = prune_checkpoint(args.path, args.out, choose_mask, override_gates=override)
+    result = prune_checkpoint(args.path, args.out, policy)
     print(format_prune_result(result))
-    print(choose_mask.costs)
     print(f"wrote {args.out}")
     return 0
-
-
-def with_prune_unit(choose_by_head, args):
-    """The mask of --prune-unit (kv-group: whole groups), and the attention costs before and
-    after it (params, FLOPs, KV-cache bytes) as the `costs` attribute once chosen."""
-    from ..errors import CommandError
-    from ..heads import heads_per_layer
-    from ..pruning.gqa import attention_cost, format_costs, keep_top_k_groups, kv_groups, whole_group_mask
-
-    if args.prune_unit == "kv-group" and args.per_type:
-        raise CommandError("--per-type goes with --prune-unit query")
-
-    def choose(model):
-        if args.prune_unit == "query":
-            mask = choose_by_head(model)
-        elif args.from_importance:
-            scores = read_head_scores(args.from_importance, args.metric)
-            check_scores_match_model(scores, heads_per_layer(model), args.from_importance)
-            mask = keep_top_k_groups(scores, kv_groups(model), args.keep)
-        else:
-            mask = whole_group_mask(choose_by_head(model), kv_groups(model))
-        choose.costs = format_costs(attention_cost(model), attention_cost(model, mask), 1024)
-        return mask
-
-    choose.costs = ""
-    return choose

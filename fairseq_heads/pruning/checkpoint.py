@@ -5,12 +5,13 @@ The model is rebuilt from the checkpoint alone: a Transformer only needs its dic
 sizes (and pad index, fairseq's default) to be built, and those are read off the embedding
 matrices, so no data directory is needed. The saved checkpoint keeps the original options with
 the arch switched to `gated_transformer` and the layout in `head_layout`; fairseq's CLIs with
-`--user-dir fairseq_heads` rebuild its shapes (see `physical.apply_head_layout`).
+`--user-dir fairseq_heads` rebuild its shapes (see `models/head_layout.apply_head_layout`).
+Which heads go is the mask policy's choice (mask_policy.py).
 """
 import copy
 import os
 from argparse import Namespace
-from typing import Callable, Dict, List, NamedTuple
+from typing import Dict, List, NamedTuple
 
 import torch
 from fairseq import models
@@ -22,11 +23,11 @@ from torch import nn
 from ..files import atomic_path
 from ..checkpoints import load_checkpoint, model_options
 from ..heads import heads_per_layer
-from ..models.gate_options import GATE_DEFAULTS, gate_defaults
-from ..models.gated_transformer import GatedTransformerModel, add_gates
-from ..models.gated_transformer_lm import GatedTransformerLanguageModel
+from ..models.gate_options import gate_defaults
+from ..models.gated_transformer import GatedTransformerModel
+from ..models.gated_transformer_lm import GatedTransformerLanguageModel, lm_gate_defaults
 from ..models.gated_llama import GatedLlamaLanguageModel
-from ..gating.head_target import attach_head_target_record
+from .gqa import AttentionCost, attention_cost, format_costs
 from .physical import (
     HeadLayout,
     HeadPruningError,
@@ -55,40 +56,48 @@ def is_language_model_state(state: dict) -> bool:
     return "decoder.embed_tokens.weight" in weights and not any(k.startswith("encoder.") for k in weights)
 
 
-def build_model_from_state(state: dict, args: Namespace) -> nn.Module:
-    weights = state["model"]
-    if is_language_model_state(state):
+def _placeholder_task(weights: dict) -> _DictionariesOnly:
+    """Dictionaries of the sizes a model's embeddings have: all that building it needs."""
+    if is_language_model_state({"model": weights}):
         dictionary = _placeholder_dictionary(weights["decoder.embed_tokens.weight"].size(0))
-        task = _DictionariesOnly(source_dictionary=dictionary, target_dictionary=dictionary)
-    elif "encoder.embed_tokens.weight" not in weights or "decoder.embed_tokens.weight" not in weights:
+        return _DictionariesOnly(source_dictionary=dictionary, target_dictionary=dictionary)
+    if "encoder.embed_tokens.weight" not in weights or "decoder.embed_tokens.weight" not in weights:
         raise HeadPruningError("checkpoint is neither an encoder-decoder Transformer nor a Transformer LM")
-    else:
-        task = _DictionariesOnly(
-            source_dictionary=_placeholder_dictionary(weights["encoder.embed_tokens.weight"].size(0)),
-            target_dictionary=_placeholder_dictionary(weights["decoder.embed_tokens.weight"].size(0)))
-    model = models.build_model(copy.deepcopy(args), task)
+    return _DictionariesOnly(
+        source_dictionary=_placeholder_dictionary(weights["encoder.embed_tokens.weight"].size(0)),
+        target_dictionary=_placeholder_dictionary(weights["decoder.embed_tokens.weight"].size(0)))
+
+
+def _build_with_weights(args: Namespace, weights: dict) -> nn.Module:
+    """fairseq's models.build_model for the arch `args` names, then the weights (strict)."""
+    model = models.build_model(copy.deepcopy(args), _placeholder_task(weights))
     model.load_state_dict(weights, strict=True, model_cfg=args)
     return model.eval()
 
 
+def build_model_from_state(state: dict, args: Namespace) -> nn.Module:
+    return _build_with_weights(args, state["model"])
+
+
+GATED_MODELS = (GatedTransformerModel, GatedTransformerLanguageModel, GatedLlamaLanguageModel)
+
+
 def as_gated_transformer(model: nn.Module, args: Namespace) -> nn.Module:
-    """A plain `transformer` becomes a `gated_transformer` (model and options): the default
-    enc-self gates, which start open (deterministic gate 1: the function is unchanged). A plain
-    `transformer_lm` becomes a `gated_transformer_lm` with dec-self gates."""
-    if isinstance(model, (GatedTransformerModel, GatedTransformerLanguageModel, GatedLlamaLanguageModel)):
+    """A plain `transformer` becomes a `gated_transformer`, a plain `transformer_lm` a
+    `gated_transformer_lm` (model, and options in place): built by the gated model's own
+    build_model with the gate options' defaults (enc-self gates; dec-self for an LM), given the
+    plain model's weights. New gates start open (deterministic gate 1: the function is
+    unchanged; GatedMultiheadAttention.upgrade_state_dict_named). Gated models are returned as
+    they are."""
+    if isinstance(model, GATED_MODELS):
         return model
     if isinstance(model, FairseqLanguageModel):
         args.arch = args._name = "gated_transformer_lm"
-        for name, value in GATE_DEFAULTS.items():
-            if getattr(args, name, None) is None:
-                setattr(args, name, value)
-        args.gated_attention = "dec-self"
+        lm_gate_defaults(args)
     else:
         args.arch = args._name = "gated_transformer"
         gate_defaults(args)
-    add_gates(model, args)
-    attach_head_target_record(model)  # what gated_transformer.build_model gives every model
-    return model
+    return _build_with_weights(args, model.state_dict())
 
 
 def checkpoint_state_to_save(state: dict, model: nn.Module, args: Namespace) -> dict:
@@ -122,31 +131,33 @@ class PruneResult(NamedTuple):
     layout: HeadLayout
     parameters_before: int
     parameters_after: int
+    attention_before: AttentionCost
+    attention_after: AttentionCost  # predicted from the shapes and the mask (gqa.attention_cost)
 
 
-def prune_checkpoint(path: str, out: str, choose_mask: Callable[[nn.Module], Dict],
-                     override_gates: bool = False) -> PruneResult:
-    """Load `path`, prune the heads `choose_mask(model)` marks 0, save to `out` atomically
-    (nothing is written if anything fails).
+COST_CONTEXT = 1024  # keys per query at which the attention FLOPs are counted
 
-    override_gates: the result equals the model with the mask applied as a head mask
-    (`--head-mask`: kept heads fully open) rather than the model as its gates run it (kept
-    heads keep their gate values; what pruning by the gates themselves wants)."""
+
+def prune_checkpoint(path: str, out: str, policy) -> PruneResult:
+    """Load `path`, prune the heads the mask `policy` chooses (mask_policy.py) marks 0, save to
+    `out` atomically (nothing is written if anything fails)."""
     if not os.path.isfile(path):
         raise HeadPruningError(f"checkpoint not found: {path}")
     state = load_checkpoint(path)
     args = model_options(state)
     model = build_model_from_state(state, args)
     heads_before = heads_per_layer(model)
-    mask = choose_mask(model)  # before the gated conversion: it may depend on gates (or their absence)
+    mask = policy.choose(model, path)  # before the gated conversion: it may depend on gates (or their absence)
     parameters_before = count_parameters(model)
+    costs = (attention_cost(model, context=COST_CONTEXT), attention_cost(model, mask, COST_CONTEXT))
     model = as_gated_transformer(model, args)
-    if override_gates:
+    if policy.override_gates:
         fix_gates(model, mask)
     physically_prune(model, mask)
     new_state = checkpoint_state_to_save(state, model, args)
     save_atomic(new_state, out)
-    return PruneResult(heads_before, head_layout(model), parameters_before, count_parameters(model))
+    return PruneResult(heads_before, head_layout(model), parameters_before, count_parameters(model),
+                       *costs)
 
 
 def format_prune_result(result: PruneResult) -> str:
@@ -159,4 +170,5 @@ def format_prune_result(result: PruneResult) -> str:
             lines.append(f"  layer {layer}: {len(kept)}/{result.heads_before[attention_type][layer]} {kept}")
     ratio = result.parameters_after / result.parameters_before
     lines.append(f"parameters: {result.parameters_before:,} -> {result.parameters_after:,} ({ratio:.1%})")
+    lines.append(format_costs(result.attention_before, result.attention_after, COST_CONTEXT))
     return "\n".join(lines)
