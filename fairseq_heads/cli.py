@@ -34,6 +34,8 @@ SUBCOMMANDS = [
      "monolingual text (novels, WikiText-2 or the toy grammar) -> a language-model data-bin"),
     ("import-hf", "import_hf", "add_arguments", "run",
      "a local Hugging Face LLaMA-family model -> a gated_llama checkpoint.pt + dict.txt"),
+    ("export-hf", "export_hf", "add_arguments", "run",
+     "a (kv-group pruned) gated_llama -> a Hugging Face model directory"),
     ("prune", "prune", "add_arguments", "run",
      "physically remove heads: a smaller, faster gated_transformer checkpoint"),
     ("curve", "curve", "add_arguments", "run",
