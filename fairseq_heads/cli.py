@@ -36,6 +36,8 @@ SUBCOMMANDS = [
      "a local Hugging Face LLaMA-family model -> a gated_llama checkpoint.pt + dict.txt"),
     ("export-hf", "export_hf", "add_arguments", "run",
      "a (kv-group pruned) gated_llama -> a Hugging Face model directory"),
+    ("binarise-hf", "binarise_hf", "add_arguments", "run",
+     "text -> a language-model data-bin with a Hugging Face model's own tokenizer"),
     ("prune", "prune", "add_arguments", "run",
      "physically remove heads: a smaller, faster gated_transformer checkpoint"),
     ("curve", "curve", "add_arguments", "run",

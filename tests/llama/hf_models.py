@@ -58,5 +58,5 @@ def save_hf_model(model, kind: str, directory) -> str:
     model.save_pretrained(str(directory), safe_serialization=True)
     strings = tokenizer_strings(kind)
     write_tokenizer_json(os.path.join(directory, "tokenizer.json"), strings,
-                         "<unk>" if kind == "llama" else None)
+                         "<unk>" if kind == "llama" else "<|im_end|>")  # WordLevel needs one
     return str(directory)
