@@ -92,7 +92,7 @@ def run(args) -> int:
 
     def progress(point):
         print(f"heads removed {point.heads_removed:>3}  kept {point.heads_kept:>3}  "
-              f"{score_name} {point.bleu:6.2f}", flush=True)
+              f"{score_name} {point.score:6.2f}", flush=True)
 
     points = pruning_curve(model, task, args.gen_subset, scores, steps, rescore=args.rescore,
                            beam=args.beam, batch_size=device.batch_size, remove_bpe=remove_bpe,

@@ -72,7 +72,8 @@ def add_stats_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_and_batch_arguments(parser, max_tokens=4096, batch_size=None)
 
 
-def _offsets(value: str, option: str):
+def _integers(value: str, option: str):
+    """'-1,0,1' -> (-1, 0, 1): a comma list of integers (--offsets, --induction-lengths, ...)."""
     try:
         return tuple(int(k) for k in value.split(",") if k.strip())
     except ValueError:
@@ -95,25 +96,20 @@ def _rank(value, option: str):
 def run_stats(args) -> int:
     """Check the inputs (one line each, before any model is loaded), compute and write DIR."""
     import fairseq_heads  # noqa: F401  (registers the user dir: model, task, criterion)
-    from fairseq_heads.checkpoints import check_checkpoint_file
     from fairseq_heads import stats
-    from fairseq_heads.stats.syntax import check_conllu
 
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
                         level=logging.INFO)
     # Bad input fails here, in one line naming the option or file, before a model is loaded or run.
     device = device_and_batch(args)
-    stats.check_out_dir(args.out_dir)
-    check_checkpoint_file(args.path)
-    if args.conllu:
-        check_conllu(args.conllu)
+    stats.check_inputs(args.out_dir, args.path, args.conllu)
     metrics = stats.parse_metrics(args.metrics) if args.metrics else None
     options = stats.StatsOptions(
         conllu=args.conllu, lrp_normalise=args.lrp_normalise, grad_normalise=args.grad_normalise,
-        offsets=_offsets(args.offsets, "--offsets") if args.offsets else None,
-        induction_lengths=_offsets(args.induction_lengths, "--induction-lengths"),
+        offsets=_integers(args.offsets, "--offsets") if args.offsets else None,
+        induction_lengths=_integers(args.induction_lengths, "--induction-lengths"),
         induction_probes=args.induction_probes,
-        icl_positions=_offsets(args.icl_positions, "--icl-positions"),
+        icl_positions=_integers(args.icl_positions, "--icl-positions"),
         rare_outside_top=_rank(args.rare_outside_top, "--rare-outside-top"),
         thresholds=LabelThresholds(args.positional_threshold, args.rare_threshold,
                                    args.syntactic_margin, args.previous_token_threshold,

@@ -37,13 +37,13 @@ class LabelSmoothedCrossEntropyL0Config(LabelSmoothedCrossEntropyCriterionConfig
         metadata={"help": "weight λ of the relaxed L0 penalty Σ P(gate != 0), per target token "
                           "(per sentence with --sentence-avg)"},
     )
-    # --- extension: --target-heads (fairseq_heads/pruning/lagrangian.py) ---
+    # --- extension: --target-heads (fairseq_heads/criterions/lagrangian.py) ---
     target_heads: Optional[str] = field(
         default=None,
         metadata={"help": "train toward exactly K open heads: K (all gated heads) or "
                           "TYPE:K,... (e.g. enc-self:10,enc-dec:20); adds a Lagrangian "
                           "λ1 (E[L0] - K) + λ2 (E[L0] - K)^2 with trainable multipliers, and the "
-                          "end model keeps the top-K log-alphas (see pruning/head_target.py)"},
+                          "end model keeps the top-K log-alphas (see gating/head_target.py)"},
     )
 
 

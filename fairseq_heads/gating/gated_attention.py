@@ -17,9 +17,9 @@ module's `dropout_module`, bmm), computed exactly as fairseq's Python path compu
 taken only when something needs the probabilities, which a fused kernel never forms:
 
 - `need_weights=True` or `need_head_weights=True` (any attention weights returned: fairseq's
-  decoder asks for them from its alignment layer; `analysis.capture` for every block);
+  decoder asks for them from its alignment layer; `stats.capture` for every block);
 - `before_softmax=True` (the raw scores are returned);
-- a forward (pre-)hook on `dropout_module`: the conservative LRP rules (`analysis.lrp`) detach
+- a forward (pre-)hook on `dropout_module`: the conservative LRP rules (`stats.metrics.lrp`) detach
   the probabilities there;
 - `onnx_trace` (fairseq's ONNX export conventions);
 - `use_sdpa = False` on the module (forces it, e.g. to compare the two paths);
@@ -29,7 +29,7 @@ taken only when something needs the probabilities, which a fused kernel never fo
 The gate multiplies `out_proj`'s weight columns (out_proj(x * g) = x (W * g)^T + b, a d x d
 product instead of one over every position), unless `out_proj` has forward (pre-)hooks or is not
 a plain nn.Linear: then it is called as a module on the gated head outputs (T, B, H * D), so a
-hook (`analysis.capture`) sees, and may take gradients at, what each head contributes.
+hook (`stats.capture`) sees, and may take gradients at, what each head contributes.
 
 Where fairseq's own Python path is wrong, both paths here follow torch's `MultiheadAttention`
 (which fairseq uses whenever it can): a bool / uint8 `attn_mask` blocks where True (fairseq adds

@@ -37,7 +37,7 @@ from .physical import HeadPruningError
 class CurvePoint(NamedTuple):
     heads_removed: int
     heads_kept: int
-    bleu: float  # BLEU, or perplexity for a language model
+    score: float  # BLEU, or perplexity for a language model (the CSV names its column so)
     signature: str
     removed: str  # the heads removed so far, "type:layer:head;..."
 
@@ -168,13 +168,13 @@ def pruning_curve(model: nn.Module, task, subset: str, scores: HeadScores, steps
                 removed.append((t, layer, head))
         apply_head_mask(model, mask)
         if is_language_model(model):
-            bleu, signature = (perplexity(model, task, subset, batch_size, limit, max_tokens),
-                               PERPLEXITY_SIGNATURE)
+            score, signature = (perplexity(model, task, subset, batch_size, limit, max_tokens),
+                                PERPLEXITY_SIGNATURE)
         else:
             hypotheses, references = translate(model, task, subset, beam, batch_size, remove_bpe, limit,
                                                max_len_b, max_tokens)
-            bleu, signature = corpus_bleu(hypotheses, references)
-        point = CurvePoint(step, total - step, bleu, signature,
+            score, signature = corpus_bleu(hypotheses, references)
+        point = CurvePoint(step, total - step, score, signature,
                            ";".join(f"{t}:{layer}:{head}" for t, layer, head in removed))
         points.append(point)
         if progress is not None:
@@ -193,7 +193,7 @@ def curve_csv(points: List[CurvePoint], language_model: bool = False) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(LM_CURVE_COLUMNS if language_model else CURVE_COLUMNS)
     for p in points:
-        writer.writerow([p.heads_removed, p.heads_kept, f"{p.bleu:.2f}", p.signature, p.removed])
+        writer.writerow([p.heads_removed, p.heads_kept, f"{p.score:.2f}", p.signature, p.removed])
     return buffer.getvalue()
 
 
@@ -217,7 +217,7 @@ def plot_curve(points: List[CurvePoint], path: str, title: str, overlay: Sequenc
 
     plt = pyplot()
     figure, axes = plt.subplots(figsize=(6, 4))
-    axes.plot([p.heads_kept for p in points], [p.bleu for p in points], "o-", label=title)
+    axes.plot([p.heads_kept for p in points], [p.score for p in points], "o-", label=title)
     for heads_kept, bleu, label in overlay:
         axes.plot([heads_kept], [bleu], "s")
         axes.annotate(label, (heads_kept, bleu), textcoords="offset points", xytext=(4, 4), fontsize=8)

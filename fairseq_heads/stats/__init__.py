@@ -11,7 +11,7 @@ from . import builtin_lm  # noqa: F401  (then the LMs' probe metrics: induction,
 from .options import DEFAULT_LM_OFFSETS, StatsOptions, default_metrics, parse_metrics  # noqa: F401
 from .output import check_out_dir, redraw_figures, write_statistics  # noqa: F401
 from .registry import LANGUAGE_MODEL, Metric, StatsError, metric, metric_names, register, unregister  # noqa: F401
-from .run import HeadStatistics, compute_head_statistics  # noqa: F401
+from .run import HeadStatistics, check_inputs, compute_head_statistics  # noqa: F401
 from .table import HeadTable, read_json  # noqa: F401
 
 METRICS = metric_names()  # the built-in metrics, in heads.csv column order

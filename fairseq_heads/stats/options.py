@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
@@ -61,8 +60,6 @@ def check_options(options: StatsOptions) -> None:
     for spec in metrics():
         if spec.check_options is not None:
             spec.check_options(options)
-    if options.conllu and not os.path.isfile(options.conllu):
-        raise StatsError(f"--conllu: file not found: {options.conllu}")
     if options.lrp_normalise not in lrp.LRP_MODES:
         raise StatsError(f"--lrp-normalise must be one of {', '.join(lrp.LRP_MODES)}")
     if options.rare_outside_top is not None and options.rare_outside_top < 1:

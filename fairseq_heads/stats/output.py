@@ -40,7 +40,7 @@ def write_statistics(statistics, directory: str) -> List[str]:
     atomically, replacing an earlier stats folder there as a whole."""
     from .figures import draw_figures
 
-    check_out_dir(directory)
+    check_out_dir(directory)  # again: replacing DIR would delete what appeared there during the run
     with staged_dir(directory) as staging:
         with open(os.path.join(staging, TABLE_CSV), "w", encoding="utf-8") as f:
             f.write(statistics.table.to_csv())

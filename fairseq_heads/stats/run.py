@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ..checkpoints import (
+    check_checkpoint_file,
     data_overrides,
     is_language_model,
     load_model_and_task,
@@ -29,7 +30,8 @@ from .agreement import agreement_report
 from .collect import Collector
 from .options import StatsOptions, check_options, options_for_model
 from .registry import LANGUAGE_MODEL, TRANSLATION, RunContext, StatsError
-from .syntax.conllu_index import ConlluIndex
+from .output import check_out_dir
+from .syntax.conllu_index import ConlluIndex, check_conllu
 from .table import GATE_COLUMN, HeadTable, build_table, metric_meta
 
 logger = logging.getLogger("fairseq_heads.stats")
@@ -61,6 +63,18 @@ class HeadStatistics:
 LM_SENTENCE_BREAK_MODE = "eos"  # one block = one line of the subset (fairseq's TokenBlockDataset)
 
 
+def check_inputs(out_dir: str, checkpoint: str, conllu: Optional[str] = None) -> None:
+    """The one check of each input file, before any model is loaded or run (a ValueError of one
+    line naming the file): the output folder (`output.check_out_dir`), the checkpoint (a readable
+    fairseq checkpoint) and the CoNLL-U parses (every sentence). compute_head_statistics does not
+    check them again; write_statistics looks at the folder once more just before replacing it,
+    as files may have appeared there during the run."""
+    check_out_dir(out_dir)
+    check_checkpoint_file(checkpoint)
+    if conllu:
+        check_conllu(conllu)
+
+
 def load_model(checkpoint: str, data_bin: str, source_lang: Optional[str] = None,
                target_lang: Optional[str] = None, sentence_blocks: bool = False):
     """(model in eval mode, task): a translation checkpoint (encoder-decoder) or a decoder-only
@@ -73,8 +87,6 @@ def load_model(checkpoint: str, data_bin: str, source_lang: Optional[str] = None
     from fairseq.tasks.language_modeling import LanguageModelingTask
     from fairseq.tasks.translation import TranslationTask
 
-    if not os.path.isfile(checkpoint):
-        raise StatsError(f"checkpoint not found: {checkpoint}")
     if not os.path.isdir(data_bin):
         raise StatsError(f"data directory not found: {data_bin}")
     state = load_state(checkpoint, data_overrides(data_bin, source_lang, target_lang))

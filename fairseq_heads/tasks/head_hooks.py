@@ -34,7 +34,8 @@ from ..models.gated_transformer import iter_gates
 class HeadHooksConfig:
     head_mask: Optional[str] = field(
         default=None,
-        metadata={"help": "JSON head mask (see fairseq_heads/head_masks.py): the masked heads are "
+        metadata={"help": "JSON head mask (format: fairseq_heads/gating/head_masks.py; "
+                          "`fairseq-heads mask` writes one): the masked heads are "
                           "switched off in training, validation and generation"},
     )
     gate_trace: Optional[str] = field(

@@ -1,7 +1,7 @@
 import torch
 
 from fairseq_heads.stats.labels import positional_labels
-from fairseq_heads.stats.metrics.positional import PositionalAccumulator, argmax_offsets
+from fairseq_heads.stats.metrics.positional import PositionalAccumulator, argmax_offsets, candidate_argmax
 
 
 def _offset_head(tokens, offset, heads=1, noise=0.0):
@@ -62,7 +62,8 @@ def test_eos_sink_counts_as_no_offset(masks):
     tokens, eos = masks([4], left_pad=True)
     attn = _offset_head(tokens, -1)
     attn[0, 0, :, eos[0]] = 0.9  # EOS dominates every row
-    offset, has = argmax_offsets(attn, tokens, tokens)  # EOS not a candidate: still previous token
+    # EOS not a candidate: still the previous token
+    offset, has = argmax_offsets(candidate_argmax(attn, tokens, tokens), tokens, tokens)
     assert (offset[0, 0][has[0, 0]] == torch.tensor([0, -1, -1, -1])).all()
-    _, has_sink = argmax_offsets(attn, tokens, tokens, sink_key_mask=eos)
+    _, has_sink = argmax_offsets(candidate_argmax(attn, tokens, tokens, eos), tokens, tokens, sink_key_mask=eos)
     assert not has_sink.any()

@@ -42,22 +42,6 @@ def counted_queries(query_mask: torch.Tensor, key_mask: torch.Tensor, candidates
     return query_mask & key_mask & candidates.any(-1, keepdim=True)
 
 
-def argmax_offsets(
-    attn: torch.Tensor,
-    query_mask: torch.Tensor,
-    key_mask: torch.Tensor,
-    sink_key_mask: Optional[torch.Tensor] = None,
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Relative offset of each query's argmax key, and which entries are defined.
-
-    Returns ``(offset, has_offset)``, both (B, *heads, T): ``offset`` is
-    ``key_index - query_index`` on unpadded indices; ``has_offset`` is False for queries
-    that are not counted (see :func:`counted_queries`) and queries whose argmax is a sink.
-    """
-    best_key = candidate_argmax(attn, query_mask, key_mask, sink_key_mask)
-    return offsets_of_argmax(best_key, query_mask, key_mask, sink_key_mask)
-
-
 def candidate_argmax(attn: torch.Tensor, query_mask: torch.Tensor, key_mask: torch.Tensor,
                      sink_key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Each query's argmax key (B, *heads, T) among ``key_mask`` (and ``sink_key_mask``) keys."""
@@ -68,14 +52,20 @@ def candidate_argmax(attn: torch.Tensor, query_mask: torch.Tensor, key_mask: tor
     return masked_argmax(attn, expand_mask(candidates, num_head_dims + 1))
 
 
-def offsets_of_argmax(
+def argmax_offsets(
     best_key: torch.Tensor,
     query_mask: torch.Tensor,
     key_mask: torch.Tensor,
     sink_key_mask: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """:func:`argmax_offsets` from each query's argmax key (B, *heads, T) among the candidates
-    (``key_mask``, or ``key_mask | sink_key_mask``)."""
+    """Relative offset of each query's argmax key, and which entries are defined.
+
+    ``best_key``: each query's argmax key (B, *heads, T) among the candidates
+    (:func:`candidate_argmax` of the weights, or the collector's shared reduction).
+    Returns ``(offset, has_offset)``, both (B, *heads, T): ``offset`` is
+    ``key_index - query_index`` on unpadded indices; ``has_offset`` is False for queries
+    that are not counted (see :func:`counted_queries`) and queries whose argmax is a sink.
+    """
     num_head_dims = best_key.dim() - 2
     candidates = key_mask if sink_key_mask is None else (key_mask | sink_key_mask)
     token_index = token_positions(key_mask)  # (B, T); -1 for sinks/EOS/pads
@@ -87,31 +77,20 @@ def offsets_of_argmax(
 
 
 def positional_counts(
-    attn: torch.Tensor,
-    query_mask: torch.Tensor,
-    key_mask: torch.Tensor,
-    offsets: Sequence[int] = DEFAULT_OFFSETS,
-    sink_key_mask: Optional[torch.Tensor] = None,
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Per-sentence counts for positional shares, both (B, *heads, K) with K = len(offsets).
-
-    numerator[..., j] = number of counted queries whose argmax key is at offset ``offsets[j]``;
-    denominator = number of counted queries (:func:`counted_queries`).
-    """
-    best_key = candidate_argmax(attn, query_mask, key_mask, sink_key_mask)
-    return positional_counts_from_argmax(best_key, query_mask, key_mask, offsets, sink_key_mask)
-
-
-def positional_counts_from_argmax(
     best_key: torch.Tensor,
     query_mask: torch.Tensor,
     key_mask: torch.Tensor,
     offsets: Sequence[int] = DEFAULT_OFFSETS,
     sink_key_mask: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """:func:`positional_counts` from each query's argmax key (B, *heads, T) among the candidates."""
+    """Per-sentence counts for positional shares, both (B, *heads, K) with K = len(offsets),
+    from each query's argmax key ``best_key`` (B, *heads, T) (see :func:`argmax_offsets`).
+
+    numerator[..., j] = number of counted queries whose argmax key is at offset ``offsets[j]``;
+    denominator = number of counted queries (:func:`counted_queries`).
+    """
     num_head_dims = best_key.dim() - 2
-    offset, has_offset = offsets_of_argmax(best_key, query_mask, key_mask, sink_key_mask)
+    offset, has_offset = argmax_offsets(best_key, query_mask, key_mask, sink_key_mask)
     wanted = torch.tensor(list(offsets), dtype=offset.dtype)
     hits = (offset.unsqueeze(-1) == wanted) & has_offset.unsqueeze(-1)  # (B, *heads, T, K)
     numerator = hits.to(torch.float64).sum(-2)
@@ -146,16 +125,20 @@ class PositionalAccumulator:
         key_mask: torch.Tensor,
         sink_key_mask: Optional[torch.Tensor] = None,
     ) -> None:
-        numerator, denominator = per_layer(
-            positional_counts, attn, query_mask, key_mask, offsets=self.offsets, sink_key_mask=sink_key_mask
-        )
-        self.ratio.update(numerator, denominator)
+        """Count a batch from the attention weights (one layer, or a list of layers)."""
+        best_key = per_layer(lambda layer: (candidate_argmax(layer, query_mask, key_mask, sink_key_mask),),
+                             attn)[0]
+        self._count(best_key, query_mask, key_mask, sink_key_mask)
 
     def update_from_argmax(self, best_key: AttentionInput, query_mask: torch.Tensor,
                            key_mask: torch.Tensor) -> None:
-        """:meth:`update` (no sinks) from each layer's argmax over the ``key_mask`` keys (e.g. shared)."""
-        numerator, denominator = per_layer(positional_counts_from_argmax, best_key, query_mask, key_mask,
-                                           offsets=self.offsets)
+        """Count a batch from each layer's argmax over the ``key_mask`` keys (no sinks), e.g. the
+        collector's shared reduction."""
+        self._count(best_key, query_mask, key_mask, None)
+
+    def _count(self, best_key: AttentionInput, query_mask, key_mask, sink_key_mask) -> None:
+        numerator, denominator = per_layer(positional_counts, best_key, query_mask, key_mask,
+                                           offsets=self.offsets, sink_key_mask=sink_key_mask)
         self.ratio.update(numerator, denominator)
 
     def finalize(self) -> RatioEstimate:

@@ -91,9 +91,7 @@ class ConlluIndex:
     the number of sentences.  Use as a context manager (or call ``close``)."""
 
     def __init__(self, path: str):
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"CoNLL-U file not found: {path}")
-        self.path = path
+        self.path = path  # checked by check_conllu, before the run
         self._tmp_path = None
         if path.endswith(".gz"):
             fd, self._tmp_path = tempfile.mkstemp(suffix=".conllu")
