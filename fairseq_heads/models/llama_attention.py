@@ -176,6 +176,16 @@ class LlamaAttention(GatedMultiheadAttention):
         index = torch.tensor(self.kv_head_of, dtype=torch.long, device=x.device)
         return x.index_select(1, index)
 
+    def _grouped_matmul(self, x: Tensor, kv: Tensor, group: int) -> Tensor:
+        """(B, H, T, X) @ (B, H_kv, X, Y) per query head's KV head -> (B, H, T, Y). With equal
+        groups the group's queries are stacked along T, so the cached keys / values are read in
+        place, not copied per query head (what makes one-token decoding steps cheap)."""
+        if not group:
+            return torch.matmul(x, self._expand_kv(kv))
+        b, h, t, width = x.shape
+        stacked = x.reshape(b, h // group, group * t, width)
+        return torch.matmul(stacked, kv).view(b, h, t, kv.size(-1))
+
     def forward(
         self,
         query: Tensor,
@@ -211,8 +221,9 @@ class LlamaAttention(GatedMultiheadAttention):
                     or (tgt_len < self.min_sdpa_queries_on_cpu and query.device.type == "cpu")
                     or self._probabilities_are_hooked())
         weights: Optional[Tensor] = None
+        group = uniform_group_size(self.kv_head_of, self.num_kv_heads)
         if explicit:
-            scores = torch.matmul(q * self.scaling, self._expand_kv(k).transpose(2, 3))
+            scores = self._grouped_matmul(q * self.scaling, k.transpose(2, 3), group)
             if mask is not None:
                 scores = scores + mask
             elif is_causal:
@@ -222,13 +233,12 @@ class LlamaAttention(GatedMultiheadAttention):
                 return scores.view(bsz * self.num_heads, tgt_len, -1), v
             probs_float = F.softmax(scores.float(), dim=-1)
             probs = self.dropout_module(probs_float.to(q.dtype))
-            out = torch.matmul(probs, self._expand_kv(v))
+            out = self._grouped_matmul(probs, v, group)
             if need_weights:
                 weights = probs_float.transpose(0, 1)  # (H, B, T, S), fairseq's per-head layout
                 if not need_head_weights:
                     weights = weights.mean(dim=0)
         else:
-            group = uniform_group_size(self.kv_head_of, self.num_kv_heads)
             if not group:
                 k, v = self._expand_kv(k), self._expand_kv(v)
             dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
