@@ -103,6 +103,7 @@ def test_plain_transformer_from_importance_becomes_a_smaller_gated_transformer(
     (["--keep", "3", "--metric", "grad"], "missing column(s) ['grad']"),
     (["--keep", "3", "--shape", "3"], "scores are for a different model"),
     (["--from-gates"], "no gated heads"),
+    (["--keep", "2", "--per-type", "--prune-unit", "kv-group"], "--per-type goes with --prune-unit query"),
 ])
 def test_invalid_requests_exit_2_without_output(plain_checkpoint, tmp_path, capsys, request_args, message):
     request_args = list(request_args)
