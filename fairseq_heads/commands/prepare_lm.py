@@ -17,7 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--work-dir", required=True, type=Path,
                         help="output folder: text/, spm.model, spm/, bin/ (re-runs skip finished steps)")
     parser.add_argument("--corpus", choices=CORPORA, default="gutenberg",
-                        help="gutenberg (novels, split by book), wikitext2 (split by article) or "
+                        help="gutenberg (novels, split by book), gutenberg_large (163 books, split as "
+                             "its manifest.tsv says), wikitext2 (split by article) or "
                              "synthetic (the toy grammar); default: %(default)s")
     parser.add_argument("--source-dir", type=Path, default=None,
                         help="folder of the corpus files, e.g. ../shared/data/gutenberg_en")

@@ -14,6 +14,8 @@ seen in training. Corpora:
 
 - `gutenberg`: the nine novels of ../shared/data/gutenberg_en. valid = Frankenstein (pg84),
   test = The Adventures of Sherlock Holmes (pg1661), train = the other seven.
+- `gutenberg_large`: the 163 books of ../shared/data/gutenberg_en_large (12.6M words), split by
+  book as its `manifest.tsv` says (154 train, 5 valid, 4 test).
 - `wikitext2`: ../shared/data/wikitext2 (WikiText-2 validation + test only), split into articles
   at their ` = Title = ` headings; article k goes to valid if k % 10 == 8, test if k % 10 == 9,
   else train.
@@ -60,7 +62,8 @@ from fairseq_heads.data.prepare import (
 logger = logging.getLogger(__name__)
 
 LM_SPLITS = ("train", "valid", "test")
-CORPORA = ("gutenberg", "wikitext2", "synthetic", "random_repeats", "markov_repeats")
+CORPORA = ("gutenberg", "gutenberg_large", "wikitext2", "synthetic", "random_repeats", "markov_repeats")
+SOURCE_CORPORA = ("gutenberg", "gutenberg_large", "wikitext2")  # read from --source-dir
 SYMBOL_CORPORA = ("random_repeats", "markov_repeats")
 GUTENBERG_VALID = ("pg84",)
 GUTENBERG_TEST = ("pg1661",)
@@ -115,6 +118,29 @@ def gutenberg_documents(source: Path) -> Dict[str, List[Document]]:
     for split in ("valid", "test"):
         if not splits[split]:
             raise DataPrepError(f"{source}: the {split} book ({(GUTENBERG_VALID if split == 'valid' else GUTENBERG_TEST)[0]}) is missing")
+    return splits
+
+
+def manifest_documents(source: Path) -> Dict[str, List[Document]]:
+    """The books of `source`, each in the split its manifest.tsv names (columns file, split)."""
+    import csv
+
+    manifest = source / "manifest.tsv"
+    if not manifest.is_file():
+        raise DataPrepError(f"{source}: no manifest.tsv (--source-dir of gutenberg_large)")
+    with open(manifest, encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    splits: Dict[str, List[Document]] = {s: [] for s in LM_SPLITS}
+    for line, row in enumerate(rows, start=2):
+        if row.get("split") not in splits or not row.get("file"):
+            raise DataPrepError(f"{manifest}:{line}: expected a file and a split in {', '.join(LM_SPLITS)}")
+        path = source / row["file"]
+        if not path.is_file():
+            raise DataPrepError(f"{manifest}:{line}: {path} not found")
+        splits[row["split"]].append((row["file"].split(".")[0], paragraphs_of(read_lines(path))))
+    empty = [split for split, documents in splits.items() if not documents]
+    if empty:
+        raise DataPrepError(f"{manifest}: no book in split {empty[0]}")
     return splits
 
 
@@ -224,6 +250,8 @@ def build_text(config: LMCorpusConfig, out: Path) -> dict:
     spans repeated in train with --repeat-spans); returns the report written beside it."""
     if config.corpus == "gutenberg":
         splits = gutenberg_documents(Path(config.source_dir))
+    elif config.corpus == "gutenberg_large":
+        splits = manifest_documents(Path(config.source_dir))
     elif config.corpus == "wikitext2":
         splits = wikitext_documents(Path(config.source_dir))
     elif config.corpus == "random_repeats":
@@ -299,7 +327,7 @@ def binarize(config: LMCorpusConfig, pieces: Path, out: Path) -> None:
 def validate(config: LMCorpusConfig) -> None:
     if config.corpus not in CORPORA:
         raise DataPrepError(f"--corpus: unknown corpus {config.corpus!r}; choose {', '.join(CORPORA)}")
-    if config.corpus in ("gutenberg", "wikitext2"):
+    if config.corpus in SOURCE_CORPORA:
         if config.source_dir is None or not Path(config.source_dir).is_dir():
             raise DataPrepError(f"--source-dir: {config.source_dir} is not a folder (the {config.corpus} files)")
     if not 0.0 <= config.repeat_prob <= 1.0:

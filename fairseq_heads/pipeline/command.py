@@ -56,9 +56,8 @@ def build_runner(args):
     """The recipe's config (with --set), its steps and their runner; checks come first."""
     from .. import __file__ as package_file
     from .config import apply_overrides
-    from .nmt import NmtSteps
     from .pack import pack
-    from .recipes import RECIPES
+    from .recipes import RECIPES, recipe_steps
     from .runner import Runner
 
     scales = RECIPES[args.recipe]
@@ -69,7 +68,7 @@ def build_runner(args):
     config = apply_overrides(scales[args.scale], args.overrides)
     data_root = os.path.abspath(args.data_root or default_data_root())
     user_dir = os.path.dirname(os.path.abspath(package_file))
-    steps = NmtSteps(config, data_root, user_dir).steps()
+    steps = recipe_steps(config, data_root, user_dir)
     if args.pack and not args.pack.endswith(".tar.gz"):
         raise CommandError(f"--pack {args.pack}: the archive's name must end in .tar.gz")
     on_step_done = (lambda runner: pack(runner.results, args.pack)) if args.pack else None

@@ -27,6 +27,9 @@ from .fairseq_steps import generate, run_fairseq_heads, train_argv, training_sum
 from .runner import Step, StepContext
 
 ALL_TYPES = "enc-self,dec-self,enc-dec"
+# The baseline every later step reads: its best validation (the last one too, when the valid
+# loss still falls at the time limit); an L0 fine-tune's last checkpoint (a fixed length).
+BASELINE_CHECKPOINT = "checkpoint_best.pt"
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class Train:
     warmup: int = 10
     max_update: int = 30
     minutes: float = 0.0        # a cap on the baseline's training time (0: none)
+    validate_updates: int = 0   # validate (and checkpoint) every N updates; 0: at epoch ends
+    patience: int = 0           # stop after N validations without a better valid loss (0: never)
     dropout: float = 0.1
     label_smoothing: float = 0.1
     fp16: bool = False
@@ -234,6 +239,11 @@ class NmtSteps:
             "--warmup-updates", t.warmup, "--max-update", t.max_update, "--save-dir", context.out]
         if t.minutes:
             options += ["--stop-time-hours", t.minutes / 60]
+        if t.validate_updates:  # "N validations" then means N x validate_updates updates
+            options += ["--validate-interval-updates", t.validate_updates, "--save-interval-updates",
+                        t.validate_updates, "--keep-interval-updates", 1, "--validate-interval", 1_000_000]
+        if t.patience:
+            options += ["--patience", t.patience]
         return train_argv(self.data_bin(context), options)
 
     def l0_command(self, side: str, lam: float):
@@ -242,7 +252,7 @@ class NmtSteps:
             types, extra = ("enc-self", ["--freeze-decoder"]) if side == "enc" else (ALL_TYPES, [])
             options = self.common() + self.size() + self.training(self.c.train.max_tokens) + [
                 "--arch", "gated_transformer", "--gated-attention", types, *extra,
-                "--finetune-from-model", context.path(f"models/baseline{s}/checkpoint_last.pt"),
+                "--finetune-from-model", context.path(f"models/baseline{s}/{BASELINE_CHECKPOINT}"),
                 "--criterion", "label_smoothed_cross_entropy_l0", "--l0-lambda", lam,
                 "--optimizer", "gate_adam", "--lr", l0.lr, "--gate-lr-scale", l0.gate_lr_scale,
                 "--lr-scheduler", "fixed", "--max-update", l0.updates, "--save-dir", context.out,
@@ -258,7 +268,7 @@ class NmtSteps:
         def call(context: StepContext) -> None:
             g = self.c.generate
             model_dir = context.path(f"models/{model}")
-            checkpoint = os.path.join(model_dir, "checkpoint_last.pt")
+            checkpoint = os.path.join(model_dir, BASELINE_CHECKPOINT if kind == "baseline" else "checkpoint_last.pt")
             out = os.path.join(context.out, "generate.txt")
             generate(self.data_bin(context), self.common() + [
                 "--path", checkpoint, "--gen-subset", g.subset, "--beam", g.beam,
@@ -276,7 +286,7 @@ class NmtSteps:
 
     def stats_argv(self, context: StepContext, data_bin: str, subset: str, metrics: str) -> List[str]:
         c = self.c
-        argv = [data_bin, "--path", context.path(f"models/baseline{self.suffix}/checkpoint_last.pt"),
+        argv = [data_bin, "--path", context.path(f"models/baseline{self.suffix}/{BASELINE_CHECKPOINT}"),
                 "--gen-subset", subset, "--metrics", metrics, "--out-dir", context.out,
                 "-s", c.data.src, "-t", c.data.tgt, "--max-tokens", c.stats.max_tokens,
                 "--bootstrap-replicates", c.stats.bootstrap_replicates, "--log-format", "none"]
@@ -312,7 +322,7 @@ class NmtSteps:
         def call(context: StepContext) -> None:
             c, s = self.c, self.suffix
             g = c.generate
-            argv = [self.data_bin(context), "--path", context.path(f"models/baseline{s}/checkpoint_last.pt"),
+            argv = [self.data_bin(context), "--path", context.path(f"models/baseline{s}/{BASELINE_CHECKPOINT}"),
                     "--scores", context.path(f"stats/baseline{s}/heads.csv"), "--metric", metric,
                     "--steps", ",".join(str(n) for n in c.curve.steps), "--types", c.curve.types,
                     "--gen-subset", g.subset, "--beam", g.beam, "--batch-size", g.batch_size,

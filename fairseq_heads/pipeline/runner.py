@@ -233,7 +233,10 @@ class Runner:
         handler = logging.FileHandler(context.log_path, encoding="utf-8")
         handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
         root = logging.getLogger()
-        root.addHandler(handler)
+        # the step's logging goes to its log alone, whatever it configures (basicConfig(force=True))
+        console, level = root.handlers[:], root.level
+        root.handlers[:] = [handler]
+        root.setLevel(logging.INFO)
         try:
             with open(context.log_path, "a", encoding="utf-8") as log, \
                     contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
@@ -245,7 +248,11 @@ class Runner:
             self._fail(context, time.time() - start, f"{type(error).__name__}: {error}")
             return
         finally:
-            root.removeHandler(handler)
+            for extra in root.handlers:
+                if extra is not handler:
+                    extra.close()
+            root.handlers[:] = console
+            root.setLevel(level)
             handler.close()
         self._succeed(context, time.time() - start)
 

@@ -2,7 +2,10 @@
 import gzip
 import json
 
+import pytest
+
 from fairseq_heads.data.lm_corpus import LMCorpusConfig, prepare_lm, repeat_windows
+from fairseq_heads.data.prepare import DataPrepError
 
 
 def book(words: str, paragraphs: int) -> bytes:
@@ -28,6 +31,31 @@ def test_books_go_whole_to_one_split_and_a_rerun_skips(tmp_path):
     markers = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "work" / ".done").iterdir()}
     prepare_lm(config)
     assert markers == {p.name: p.stat().st_mtime_ns for p in (tmp_path / "work" / ".done").iterdir()}
+
+
+MANIFEST = "file\tgutenberg_id\tsplit\twords\tauthor\ttitle\tsource_path\n"
+
+
+def test_gutenberg_large_splits_the_books_as_its_manifest_says(tmp_path):
+    source = tmp_path / "books"
+    source.mkdir()
+    rows = [("pg10", "train", "alpha"), ("pg20", "valid", "beta"), ("pg30", "test", "gamma"), ("pg40", "train", "delta")]
+    for name, _, words in rows:
+        (source / f"{name}.txt.gz").write_bytes(book(words, 30))
+    (source / "manifest.tsv").write_text(MANIFEST + "".join(
+        f"{name}.txt.gz\t{name[2:]}\t{split}\t1\tA\tT\tA/T\\r.txt\n" for name, split, _ in rows))
+    prepare_lm(LMCorpusConfig(work_dir=tmp_path / "work", corpus="gutenberg_large", source_dir=source, vocab_size=60))
+    report = json.loads((tmp_path / "work" / "text" / "report.json").read_text())
+    assert {s: v["documents"] for s, v in report["splits"].items()} == \
+        {"train": ["pg10", "pg40"], "valid": ["pg20"], "test": ["pg30"]}
+
+
+def test_a_manifest_naming_a_missing_book_fails_in_one_line_naming_its_line(tmp_path):
+    (tmp_path / "manifest.tsv").write_text(MANIFEST + "pg10.txt.gz\t10\ttrain\t1\tA\tT\tA/T.txt\n")
+    with pytest.raises(DataPrepError) as error:
+        prepare_lm(LMCorpusConfig(work_dir=tmp_path / "work", corpus="gutenberg_large", source_dir=tmp_path))
+    assert str(error.value) == f"{tmp_path / 'manifest.tsv'}:2: {tmp_path / 'pg10.txt.gz'} not found"
+    assert not (tmp_path / "work" / "text").exists()
 
 
 def test_repeated_spans_write_windows_twice():

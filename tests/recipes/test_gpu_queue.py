@@ -108,3 +108,52 @@ def test_a_bad_setting_exits_2_in_one_line_before_any_step(tmp_path):
     assert process.returncode == 2
     assert process.stderr.strip() == "fairseq-heads recipe: error: --set train.seed: expected int, got 'x'"
     assert not (tmp_path / "r").exists()
+
+
+# ------------------------------------------------------------------ experiment (b): the LM
+LM_L0 = [f"{step}{lam}" for lam in ("0.05", "0.5", "0") for step in ("l0_", "pruned_l0_", "result_l0_", "stats_l0_")]
+
+
+def recipe(*args):
+    return subprocess.run([sys.executable, "-m", "fairseq_heads.cli", "recipe", "lm_gutenberg_large",
+                           "--scale", "toy", *args], capture_output=True, text=True, timeout=1500,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpu_queue_lm")
+    process = recipe("--results", str(root / "results"), "--jobs", "2", "--pack", str(root / "out" / "results.tar.gz"))
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    return root, process
+
+
+def test_the_lm_experiment_trains_a_gated_llama_prunes_it_and_reports(lm_run):
+    root, process = lm_run
+    assert sorted(ran(process.stdout)) == sorted(["data", "open_mask", "baseline", "result_baseline", "stats",
+                                                  *LM_L0, "curve_grad", "curve_confidence", "report"])
+    results = root / "results"
+    baseline = json.loads((results / "results" / "baseline" / "result.json").read_text())
+    assert baseline["heads_total"] == 8 and baseline["heads_kept"] == 8 and baseline["perplexity"] > 1
+    # the baseline trained with every gate fixed open: no gate moved from its initial log-alpha
+    control = json.loads((results / "results" / "l0_0" / "result.json").read_text())
+    assert control["l0_lambda"] == 0 and control["checkpoint"] == "models/pruned_l0_0/checkpoint.pt"
+    trace = [json.loads(line) for line in open(results / "models" / "l0_0.5" / "gate_trace.jsonl")]
+    assert {h["log_alpha"] for h in trace[0]["heads"]} == {3.0}
+    heads = (results / "stats" / "baseline" / "heads.csv").read_text().splitlines()[0].split(",")
+    for column in ("previous_token_mass", "induction", "copying_score", "duplicate_token_mass", "confidence",
+                   "lrp", "grad", "positional_share", "rare_share"):
+        assert any(c.startswith(column) for c in heads), column
+    tables = (results / "tables.md").read_text()
+    assert "## 2. L0 sweep" in tables and "In-context learning on the subset's text" in tables
+    with tarfile.open(root / "out" / "results.tar.gz") as tar:
+        names = tar.getnames()
+    assert "results/l0_0.5/result.json" in names and "curves/grad/curve.csv" in names
+    assert not [n for n in names if n.endswith(".pt")]
+
+
+def test_changing_the_l0_settings_reruns_the_sweep_and_nothing_before_it(lm_run):
+    root, _ = lm_run
+    process = recipe("--results", str(root / "results"), "--set", "l0.updates=15")
+    assert process.returncode == 0, process.stderr[-3000:]
+    assert sorted(ran(process.stdout)) == sorted(LM_L0 + ["report"])
