@@ -127,10 +127,10 @@ def main():
               "context": args.context, "steps": args.steps, "rounds": args.rounds,
               "variants": {"query": "4 query heads/layer, one per KV group (KV heads all kept)",
                            "kv-group": "2 of 4 KV groups/layer kept whole"},
-              "note": "one-token steps read the whole KV cache: removing query heads (query) "
-                      "saves projection FLOPs but hardly any time; removing KV groups (kv-group) "
-                      "halves the cache and what each step reads. CPU seconds, one thread, on a "
-                      "machine shared with other jobs (load average below)",
+              "note": "KV-cache bytes are measured on fairseq's incremental state after the last "
+                      "step; speeds are CPU seconds of one thread, median over rounds (cpu_seconds "
+                      "lists every round: their spread is the noise of a machine shared with "
+                      "other jobs, load average below)",
               "results": results, "machine": dict(machine_info(), load_average=list(os.getloadavg()))}
     write_text_atomic(args.out, json.dumps(report, indent=1) + "\n")
     print(json.dumps(results, indent=1))
