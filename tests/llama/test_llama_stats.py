@@ -54,13 +54,15 @@ def test_stats_runs_every_lm_metric_on_gated_llama(lm_data_bin, tmp_path):
     assert process.returncode == 0, process.stderr[-2000:]
     process = run_cli(["fairseq-heads", "stats", str(lm_data_bin), "--path",
                        str(save / "checkpoint_last.pt"), "--gen-subset", "valid", "--cpu",
-                       "--out-dir", str(tmp_path / "stats")])
+                       "--induction-lengths", "8,16", "--out-dir", str(tmp_path / "stats")])
     assert process.returncode == 0, process.stderr[-2000:]
     rows = list(csv.DictReader(open(tmp_path / "stats" / "heads.csv")))
     assert len(rows) == 8  # 2 layers x 4 query heads
-    for column in ("confidence", "lrp", "grad", "positional_share", "rare_share",
-                   "previous_token_mass", "duplicate_token_mass", "gate_p_open"):
+    for column in ("induction", "confidence", "lrp", "grad", "positional_share", "rare_share",
+                   "previous_token_mass", "duplicate_token_mass", "gate_p_open", "copying_score"):
         values = [float(r[column]) for r in rows]
         assert all(v == v for v in values), column  # a number for every head
+    # GQA: heads 0 and 1 share KV head 0, so their OV circuits share W_V but not W_O
+    assert len({r["copying_score"] for r in rows}) == 8
     for layer in (0, 1):  # LRP is normalised per layer
         assert abs(sum(float(r["lrp"]) for r in rows if r["layer"] == str(layer)) - 1) < 1e-4

@@ -185,13 +185,15 @@ def embed_to_unembed(decoder) -> torch.Tensor:
 def copying_scores(decoder, attention_blocks: Sequence) -> torch.Tensor:
     """(L, H) copying scores of the heads of a decoder's self-attention blocks (fairseq
     MultiheadAttention, one per layer): head h's W_V^h is v_proj's rows h*D..(h+1)*D-1 and its
-    W_O^h out_proj's columns h*D..(h+1)*D-1 (nn.Linear stores (out, in))."""
+    W_O^h out_proj's columns h*D..(h+1)*D-1 (nn.Linear stores (out, in)). Under grouped-query
+    attention (gated_llama) head h's values are those of its KV head, `kv_head_of[h]`."""
     core = embed_to_unembed(decoder)
     rows: List[List[float]] = []
     for attention in attention_blocks:
         width = attention.head_dim
         value, output = attention.v_proj.weight.detach(), attention.out_proj.weight.detach()
-        rows.append([copying_score(head_ov_core(value[h * width:(h + 1) * width], core,
-                                                output[:, h * width:(h + 1) * width]))
+        kv_head_of = getattr(attention, "kv_head_of", range(attention.num_heads))
+        rows.append([copying_score(head_ov_core(value[kv_head_of[h] * width:(kv_head_of[h] + 1) * width],
+                                                core, output[:, h * width:(h + 1) * width]))
                      for h in range(attention.num_heads)])
     return torch.tensor(rows, dtype=torch.float64)
