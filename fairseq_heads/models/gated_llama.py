@@ -110,12 +110,14 @@ class LlamaDecoderLayer(nn.Module):
                 self_attn_padding_mask: Optional[Tensor] = None,
                 need_attn: bool = False, need_head_weights: bool = False):
         h = self.self_attn_layer_norm(x)
-        h, attn = self.self_attn(query=h, key=h, value=h, key_padding_mask=self_attn_padding_mask,
-                                 incremental_state=incremental_state, need_weights=need_head_weights,
-                                 need_head_weights=need_head_weights, attn_mask=self_attn_mask)
+        # need_attn / need_head_weights are for encoder attention, which a decoder-only layer
+        # lacks: as fairseq's own layer, no self-attention weights (the fused path stays on)
+        h, _ = self.self_attn(query=h, key=h, value=h, key_padding_mask=self_attn_padding_mask,
+                              incremental_state=incremental_state, need_weights=False,
+                              attn_mask=self_attn_mask)
         x = x + self.dropout_module(h)
         x = x + self.dropout_module(self.mlp(self.final_layer_norm(x)))
-        return x, attn, None
+        return x, None, None
 
 
 class LlamaDecoder(TransformerDecoder):

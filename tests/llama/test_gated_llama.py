@@ -91,3 +91,25 @@ def test_is_a_gated_block_everywhere(dict_dir):
     _, model = build_llama(dict_dir)
     assert all(isinstance(b.self_attn, LlamaAttention) for b in model.decoder.layers)
     assert [t for t, _, _ in iter_gates(model)] == ["dec-self", "dec-self"]
+
+
+def test_beam_search_with_fairseqs_generator_reorders_the_kv_cache(dict_dir):
+    """fairseq's SequenceGenerator (beam 3: the cache is reordered between steps) scores each
+    hypothesis as a fresh full-sequence forward does."""
+    from argparse import Namespace
+
+    task, model = build_llama(dict_dir, ["--decoder-kv-heads", "2"])
+    generator = task.build_generator([model], Namespace(beam=3, max_len_b=12, min_len=1))
+    prompt = random_tokens(len(task.dictionary), batch=2, length=5, seed=3)
+    sample = {"net_input": {"src_tokens": prompt, "src_lengths": torch.full((2,), 5)}}
+    with torch.no_grad():
+        hypotheses = task.inference_step(generator, [model], sample)
+    lengths = []
+    for sentence in hypotheses:
+        for hypothesis in sentence:
+            tokens = hypothesis["tokens"]  # the 4 prompt tokens, then generated ones
+            source = torch.cat([torch.tensor([task.dictionary.eos()]), tokens[:-1]]).unsqueeze(0)
+            fresh = full_lprobs(model, source)[0].gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+            assert (fresh - hypothesis["positional_scores"]).abs().max() <= TOLERANCE
+            lengths.append(len(tokens))
+    assert max(lengths) >= 4 + 6  # several steps of beam search, not only an immediate </s>
