@@ -29,6 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat-prob", type=float, default=0.5)
     parser.add_argument("--synthetic-sentences", type=int, default=4000,
                         help="train lines of --corpus synthetic, random_repeats, markov_repeats (valid/test: 1/20 each)")
+    parser.add_argument("--tokenizer", type=Path, default=None, metavar="MODEL_DIR",
+                        help="binarise with this Hugging Face model's own tokenizer into WORK/hf_bin "
+                             "(its dictionary: the one `import-hf MODEL_DIR` writes) instead of "
+                             "training a sentencepiece model")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workers", type=int, default=1)
 
@@ -39,7 +43,16 @@ def run(args: argparse.Namespace) -> int:
                             vocab_size=args.vocab_size, repeat_spans=args.repeat_spans,
                             repeat_prob=args.repeat_prob, synthetic_sentences=args.synthetic_sentences,
                             seed=args.seed, workers=args.workers)
-    data_bin = prepare_lm(config)
+    if args.tokenizer is not None:
+        from fairseq_heads.hf.binarise import binarise_with_hf_tokenizer
+        from fairseq_heads.hf.hf_config import read_hf_config
+
+        read_hf_config(str(args.tokenizer))  # a bad model directory fails before the corpus work
+        text = prepare_lm(config, text_only=True)
+        data_bin = Path(args.work_dir) / "hf_bin"
+        binarise_with_hf_tokenizer(str(args.tokenizer), str(text), str(data_bin))
+    else:
+        data_bin = prepare_lm(config)
     report = json.loads((Path(args.work_dir) / "text" / "report.json").read_text())
     for split, counts in report["splits"].items():
         print(f"{split}: {len(counts['documents'])} documents, {counts['paragraphs']} paragraphs, "

@@ -334,8 +334,10 @@ def validate(config: LMCorpusConfig) -> None:
         raise DataPrepError(f"--repeat-prob: {config.repeat_prob} is not in [0, 1]")
 
 
-def prepare_lm(config: LMCorpusConfig) -> Path:
-    """Run the three steps in WORK, skipping those done with the same settings; returns WORK/bin."""
+def prepare_lm(config: LMCorpusConfig, text_only: bool = False) -> Path:
+    """Run the three steps in WORK, skipping those done with the same settings; returns WORK/bin
+    (text_only: only the text step, for another tokenizer, e.g. `prepare-lm --tokenizer`;
+    returns WORK/text)."""
     validate(config)
     root = Path(config.work_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -347,6 +349,8 @@ def prepare_lm(config: LMCorpusConfig) -> Path:
         ("spm", root / "spm", None),
         ("binarize", root / "bin", lambda tmp: binarize(config, root / "spm", tmp)),
     )
+    if text_only:
+        steps = steps[:1]
     stale = False
     for name, final, run in steps:
         marker = root / ".done" / f"{name}.json"
@@ -366,4 +370,4 @@ def prepare_lm(config: LMCorpusConfig) -> Path:
         finally:
             folder.discard()
         write_json_atomic(marker, settings)
-    return root / "bin"
+    return root / ("text" if text_only else "bin")

@@ -56,3 +56,24 @@ def test_eval_lm_on_binarised_text_gives_hf_perplexity(kind, tmp_path):
             nll -= float(sum(lprobs[i, t] for i, t in enumerate(target)))
             count += len(target)
     assert reported == pytest.approx(math.exp(nll / count), abs=0.006)  # eval-lm prints 2 decimals
+
+
+def test_prepare_lm_with_a_hf_tokenizer(tmp_path, capsys):
+    """`prepare-lm --tokenizer MODEL_DIR`: the corpus text, binarised with the model's tokenizer
+    into WORK/hf_bin with the import's dictionary; a bad model directory fails first."""
+    source = save_hf_model(hf_model("llama", kv_heads=2), "llama", tmp_path / "hf")
+    work = tmp_path / "work"
+    assert main(["prepare-lm", "--work-dir", str(work), "--corpus", "synthetic",
+                 "--synthetic-sentences", "60", "--tokenizer", str(tmp_path / "nope")]) == 2
+    assert "nope" in capsys.readouterr().err and not work.exists()
+    assert main(["prepare-lm", "--work-dir", str(work), "--corpus", "synthetic",
+                 "--synthetic-sentences", "60", "--tokenizer", source]) == 0
+    import_hf(source, str(tmp_path / "imported"))
+    assert (work / "hf_bin" / "dict.txt").read_text() == (tmp_path / "imported" / "dict.txt").read_text()
+    from fairseq.data import data_utils
+
+    valid = data_utils.load_indexed_dataset(str(work / "hf_bin" / "valid"), None)
+    lines = (work / "text" / "valid.txt").read_text().splitlines()
+    assert len(valid) == len(lines)
+    # the toy grammar's words are not this tokenizer's: each word is <unk> (fairseq's 3), then </s>
+    assert valid[0].tolist() == [3] * len(lines[0].split()) + [2]
