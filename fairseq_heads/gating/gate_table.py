@@ -1,6 +1,9 @@
 """Per-head gate values read straight from a checkpoint's state dict (no model is built)."""
+import json
 import re
 from typing import Dict, List, NamedTuple, Optional
+
+import torch
 
 
 from ..heads import attention_type_of
@@ -48,6 +51,10 @@ def gate_rows(state: dict) -> List[GateRow]:
                       recorded_head_target(state["model"]), low, high)
     rows = []
     for (attention_type, layer, log_alpha), keep in zip(gates, kept):
+        group_of = kv_group_of_heads(args, attention_type, layer)
+        if group_of is not None:  # one gate per KV group (gated_llama --prune-unit kv-group)
+            index = torch.tensor(group_of)
+            log_alpha, keep = log_alpha.index_select(0, index), keep.index_select(0, index)
         for head, (a, p, g, k) in enumerate(zip(log_alpha.tolist(),
                                                 prob_nonzero(log_alpha, temperature, low, high).tolist(),
                                                 deterministic_gates(log_alpha, low, high).tolist(),
@@ -55,6 +62,23 @@ def gate_rows(state: dict) -> List[GateRow]:
             rows.append(GateRow(attention_type, layer, head, a, p, g, bool(k)))
     order = {"enc-self": 0, "dec-self": 1, "enc-dec": 2}
     return sorted(rows, key=lambda r: (order[r.attention_type], r.layer, r.head))
+
+
+def kv_group_of_heads(args, attention_type: str, layer: int) -> Optional[List[int]]:
+    """Under --prune-unit kv-group (a gate per KV group), the gate of each query head of the
+    block: its group among the groups the block keeps (a pruned layout keeps some); else None."""
+    def option(name):
+        return getattr(args, name, None) if args is not None else None
+
+    if option("prune_unit") != "kv-group":
+        return None
+    heads, kv_heads = option("decoder_attention_heads"), option("decoder_kv_heads") or option("decoder_attention_heads")
+    original = list(range(heads))
+    if option("head_layout"):
+        original = json.loads(option("head_layout"))[attention_type][layer]
+    groups = [h // (heads // kv_heads) for h in original]
+    kept_groups = sorted(set(groups))
+    return [kept_groups.index(g) for g in groups]
 
 
 def recorded_head_target(model_state: dict) -> Optional[Dict[str, int]]:

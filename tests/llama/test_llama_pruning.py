@@ -118,3 +118,24 @@ def test_query_gates_of_a_checkpoint_load_as_group_gates(dict_dir):
     _, group_gated = build_llama(dict_dir, ["--prune-unit", "kv-group"])
     group_gated.load_state_dict(query_gated.state_dict())  # fairseq's load upgrades the state
     assert group_gated.decoder.layers[0].self_attn.gate.log_alpha.tolist() == [2.0, -3.0]
+
+
+def test_gate_table_of_kv_group_gates_has_a_row_per_query_head(dict_dir, tmp_path):
+    """`fairseq-heads gates` reads a group-gated checkpoint: each query head shows its group's
+    gate, also after pruning (the layout says which groups are left)."""
+    from fairseq_heads.gating.gate_table import gate_rows
+
+    _, model = build_llama(dict_dir, ["--prune-unit", "kv-group"])
+    with torch.no_grad():
+        model.decoder.layers[1].self_attn.gate.log_alpha.copy_(torch.tensor([-5.0, 2.0]))
+    args = type("Options", (), dict(prune_unit="kv-group", decoder_attention_heads=4, decoder_kv_heads=2,
+                                    head_layout=None))()
+    state = {"model": model.state_dict(), "cfg": {"model": args}}
+    rows = gate_rows(state)
+    assert [(r.layer, r.head, r.log_alpha, r.kept) for r in rows if r.layer == 1] == [
+        (1, 0, -5.0, False), (1, 1, -5.0, False), (1, 2, 2.0, True), (1, 3, 2.0, True)]
+    pruned = physically_prune(copy.deepcopy(model), head_mask_from_gates(model))
+    args.head_layout = head_layout_json(pruned)
+    rows = gate_rows({"model": pruned.state_dict(), "cfg": {"model": args}})
+    assert [(r.layer, r.head, r.log_alpha) for r in rows if r.layer == 1] == [(1, 0, 2.0), (1, 1, 2.0)]
+    assert len(rows) == 6
