@@ -73,6 +73,13 @@ def apply_overrides(config, assignments: Sequence[str]):
     return config
 
 
+def settings_except(section, *names: str) -> Dict[str, Any]:
+    """A config section's fields as a step's settings, less `names`: the fields that say which
+    steps exist (a sweep's λ list, its seeds, a curve's metrics), not what one step computes, so
+    that adding a λ does not re-run the other λs' steps."""
+    return {k: v for k, v in dataclasses.asdict(section).items() if k not in names}
+
+
 def config_dict(config) -> Dict[str, Any]:
     """The config as JSON-able nested dicts (tuples become lists)."""
     return dataclasses.asdict(config)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import List, Tuple
 
 from ..files import write_text_atomic
+from .config import settings_except
 from .fairseq_steps import run_fairseq_heads, train_argv, training_summary
 from .runner import Step, StepContext
 
@@ -150,7 +151,8 @@ class LmSteps:
         for lam in c.l0.lambdas + ((0.0,) if c.l0.control else ()):
             name = f"l0_{format(lam, 'g')}{s}"
             steps += [
-                Step(name, f"models/{name}", {**model, "l0": _asdict(c.l0), "lambda": lam},
+                Step(name, f"models/{name}", {**model, "l0": settings_except(c.l0, "lambdas", "control"),
+                                              "lambda": lam},
                      inputs=("data", f"baseline{s}"), command=self.l0_command(lam), resumable=True),
                 Step(f"pruned_{name}", f"models/pruned_{name}", {}, inputs=(name,), call=self.prune_call(name)),
                 Step(f"result_{name}", f"results/{name}", {"batch_size": c.batch_size},
@@ -160,7 +162,7 @@ class LmSteps:
             ]
         for metric in c.curve.metrics:
             steps.append(Step(f"curve_{metric}{s}", f"curves/{metric}{s}",
-                              {"curve": _asdict(c.curve), "batch_size": c.batch_size},
+                              {"curve": settings_except(c.curve, "metrics"), "batch_size": c.batch_size},
                               inputs=("data", f"baseline{s}", f"stats{s}"), call=self.curve_call(metric)))
         steps.append(Step("report", None, {}, inputs=tuple(step.name for step in steps), call=self.run_report))
         return steps

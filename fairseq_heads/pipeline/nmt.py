@@ -9,7 +9,8 @@ size, with its settings in one frozen config (`NmtRecipe`, overridable with --se
     syntax_data   PUD (or another parsed set) binarised with the model's sentencepiece and
                   dictionaries; syntax_stats: syntactic heads on it (gold source parses)
     enc_l0_<λ>    encoder-only L0 fine-tunes (decoder frozen), λ=0 the control trained as long;
-    all_l0_<λ>    all attention types; each with bleu_<model>
+    all_l0_<λ>    all attention types; each with bleu_<model> (the quick protocol: a fixed
+                  number of updates; with converged.seeds the converged protocol, nmt_converged.py)
     curve_<m>     Michel et al.'s curve over encoder heads ranked by metric m, no fine-tune
     report        tables.md, figures, report.html
 
@@ -23,7 +24,9 @@ import shutil
 from dataclasses import dataclass, field
 from typing import List, Tuple
 
+from .config import settings_except
 from .fairseq_steps import generate, run_fairseq_heads, train_argv, training_summary
+from .nmt_converged import Converged, converged_steps
 from .runner import Step, StepContext
 
 ALL_TYPES = "enc-self,dec-self,enc-dec"
@@ -121,11 +124,17 @@ class NmtRecipe:
     generate: Generate = field(default_factory=Generate)
     stats: Stats = field(default_factory=Stats)
     curve: Curve = field(default_factory=Curve)
+    converged: Converged = field(default_factory=Converged)  # seeds set: the converged protocol
     cpu: bool = True
 
 
 def _asdict(section) -> dict:
     return dataclasses.asdict(section)
+
+
+def l0_settings(l0: L0) -> dict:
+    """What one L0 fine-tune depends on: not which λs the sweep has."""
+    return settings_except(l0, "encoder_lambdas", "all_lambdas", "control")
 
 
 def lambda_name(value: float) -> str:
@@ -164,10 +173,10 @@ class NmtSteps:
                 "--encoder-attention-heads", m.heads, "--decoder-attention-heads", m.heads,
                 "--share-all-embeddings"]
 
-    def training(self, max_tokens: int) -> List[str]:
+    def training(self, max_tokens: int, seed: int = 0) -> List[str]:
         t = self.c.train
         options = ["--dropout", t.dropout, "--label-smoothing", t.label_smoothing,
-                   "--max-tokens", max_tokens, "--adam-betas", "(0.9,0.98)", "--seed", t.seed,
+                   "--max-tokens", max_tokens, "--adam-betas", "(0.9,0.98)", "--seed", seed or t.seed,
                    "--max-source-positions", 256, "--max-target-positions", 256,
                    "--skip-invalid-size-inputs-valid-test",
                    "--log-format", "json", "--log-interval", 50, "--no-progress-bar",
@@ -201,14 +210,18 @@ class NmtSteps:
             lambdas += [(side, 0.0) for side in ("enc", "all") if (side == "enc" and c.l0.encoder_lambdas)
                         or (side == "all" and c.l0.all_lambdas)]
         for side, lam in lambdas:
+            if c.converged.seeds:  # nmt_converged.py: L0 to the plateau, fixed mask to patience
+                steps += [step for seed in c.converged.seeds for step in converged_steps(self, side, lam, seed)]
+                continue
             name = f"{side}_l0_{lambda_name(lam)}{s}"
-            steps.append(Step(name, f"models/{name}", {"l0": _asdict(c.l0), "side": side, "lambda": lam,
+            steps.append(Step(name, f"models/{name}", {"l0": l0_settings(c.l0), "side": side, "lambda": lam,
                                                        "size": _asdict(c.model), "train": _asdict(c.train)},
                               inputs=("data", f"baseline{s}"), command=self.l0_command(side, lam),
                               resumable=True))
-            steps.append(self.bleu_step(name, "encoder_l0" if side == "enc" else "all_l0", lam))
+            steps.append(self.bleu_step(name, "encoder_l0" if side == "enc" else "all_l0", lam,
+                                        inputs=(f"baseline{s}",)))
         for metric in c.curve.metrics:
-            steps.append(Step(f"curve_{metric}{s}", f"curves/{metric}{s}", {"curve": _asdict(c.curve),
+            steps.append(Step(f"curve_{metric}{s}", f"curves/{metric}{s}", {"curve": settings_except(c.curve, "metrics"),
                                                                            "generate": _asdict(c.generate)},
                               inputs=("data", f"baseline{s}", f"stats{s}"), call=self.curve_call(metric)))
         steps.append(Step("report", None, {}, inputs=tuple(step.name for step in steps), call=self.run_report))
@@ -261,24 +274,33 @@ class NmtSteps:
             return train_argv(self.data_bin(context), options)
         return command
 
-    def bleu_step(self, model: str, kind: str, lam) -> Step:
-        settings = {"generate": _asdict(self.c.generate), "kind": kind, "lambda": lam}
-        inputs = ("data", model) if model.startswith("baseline") else ("data", model, f"baseline{self.suffix}")
+    def bleu_step(self, model: str, kind: str, lam, checkpoint: str = "checkpoint_last.pt",
+                  inputs: Tuple[str, ...] = (), head_mask: str = "", result_options=()) -> Step:
+        """BLEU of models/MODEL/CHECKPOINT on generate.subset (fairseq-generate in this process,
+        with HEAD_MASK if the model trained with one) and its result file (`fairseq-heads
+        result` with RESULT_OPTIONS, where {results} is the results folder), beside the training
+        log's summary (tokens/s)."""
+        settings = {"generate": _asdict(self.c.generate), "kind": kind, "lambda": lam,
+                    "checkpoint": checkpoint, "result": [str(o) for o in result_options]}
+        if model.startswith("baseline"):
+            checkpoint = BASELINE_CHECKPOINT
+        inputs = ("data", model) + tuple(i for i in inputs if i not in ("data", model))
 
         def call(context: StepContext) -> None:
             g = self.c.generate
-            model_dir = context.path(f"models/{model}")
-            checkpoint = os.path.join(model_dir, BASELINE_CHECKPOINT if kind == "baseline" else "checkpoint_last.pt")
+            path = context.path(os.path.join("models", model, checkpoint))
+            mask = ["--head-mask", context.path(head_mask)] if head_mask else []
             out = os.path.join(context.out, "generate.txt")
-            generate(self.data_bin(context), self.common() + [
-                "--path", checkpoint, "--gen-subset", g.subset, "--beam", g.beam,
+            generate(self.data_bin(context), self.common() + mask + [
+                "--path", path, "--gen-subset", g.subset, "--beam", g.beam,
                 "--batch-size", g.batch_size, "--remove-bpe", "sentencepiece", "--scoring", "sacrebleu"], out)
-            options = ["--name", model, "--kind", kind, "--subset", g.subset, "--seed", self.c.train.seed,
-                       "--results-dir", context.results]
+            options = ["--name", model, "--kind", kind, "--subset", g.subset, "--results-dir", context.results]
             if lam is not None:
-                options += ["--l0-lambda", lam, "--protocol", "quick"]
+                options += ["--l0-lambda", lam]
+            options += [str(o).format(results=context.results) for o in result_options] or ["--seed", self.c.train.seed] + (
+                ["--protocol", "quick"] if lam is not None else [])
             run_fairseq_heads("result", "add_result_arguments", "run_result", [
-                out, "--path", checkpoint, *options, "--out", os.path.join(context.out, "result.json")])
+                out, "--path", path, *options, *mask, "--out", os.path.join(context.out, "result.json")])
             summary = training_summary(os.path.join(context.results, "logs", f"{model}.log"))
             with open(os.path.join(context.out, "training.json"), "w", encoding="utf-8") as f:
                 json.dump(summary, f, indent=1)

@@ -7,14 +7,14 @@ lm_gutenberg_large  a LLaMA-style LM (`gated_llama`: RMSNorm, RoPE, SwiGLU, GQA)
 multi30k_en_de  `converged`: the shared baseline's model and data (6+6 layers x 8 heads, d=128,
                 Multi30k) trained from scratch until its valid loss stops improving (issue 37:
                 the paper prunes a converged model), then BLEU, in-domain statistics, PUD
-                syntax and the curves. Its L0 sweeps need the converged protocol (L0 until the
-                plateau rule, then a fixed mask until patience: recipes/paper_tables.sh), which
-                this pipeline does not have yet, so the scale has none.
+                syntax, the curves, and the headline encoder point with its control under the
+                converged protocol (nmt_converged.py), three seeds.
 """
 from typing import Dict
 
 from .lm import LmCurve, LmData, LmL0, LmModel, LmRecipe, LmStats, LmTrain
 from .nmt import L0, Curve, Data, Generate, Model, NmtRecipe, Stats, Syntax, Train
+from .nmt_converged import Converged
 
 # The toy scale: the synthetic corpus, a 2+2-layer d=32 model, a few dozen updates per
 # training; every step in a few minutes on 2 CPU cores (CI). The numbers mean nothing.
@@ -54,7 +54,16 @@ MULTI30K_CONVERGED = NmtRecipe(
     model=Model(layers=6, dim=128, heads=8, ffn=512),
     train=Train(max_tokens=4096, lr=1e-3, warmup=500, max_update=12000, dropout=0.2,
                 label_smoothing=0.1, validate_updates=100, patience=5, seed=1),
-    l0=L0(encoder_lambdas=(), all_lambdas=(), control=False),
+    # the headline point (λ=0.005: 38 of 48 encoder heads in docs/results/multi30k_en_de) and
+    # its control, three seeds, from the converged baseline; the all-types sweep and trained vs
+    # scratch are `--set l0.all_lambdas=0.005,0.02 --set converged.scratch_lambdas=0.005,0.02,0`
+    l0=L0(encoder_lambdas=(0.005,), all_lambdas=(), control=True, lr=1e-4, gate_lr_scale=1000.0,
+          trace_interval=25),
+    # the converged protocol of docs/results/multi30k_en_de, with room for the fixed-mask phases
+    # (3 of 6 stopped at the earlier cap of 4,000 updates, their best valid loss the last)
+    converged=Converged(seeds=(1, 2, 3), validate_updates=100, plateau_validations=5,
+                        plateau_loss_tolerance=0.005, patience=5, l0_max_updates=4000,
+                        fixed_mask_max_updates=10000, scratch_max_updates=12000),
     generate=Generate(subset="test", beam=5, batch_size=128),
     stats=Stats(subset="valid", bootstrap_replicates=200, max_tokens=4096, rare_outside_top=500),
     curve=Curve(metrics=("grad", "lrp"), steps=(0, 12, 24, 36, 44)),

@@ -38,3 +38,40 @@ def test_the_gpu_scale_is_the_paper_size_model_and_toy_runs_on_cpu():
     assert base.stats.subset == "valid" and base.l0.control and len(base.l0.encoder_lambdas) == 2
     assert TOY.cpu and RECIPES["europarl_en_it"] == {"toy": TOY, "gpu": EUROPARL_BASE_GPU}
     assert set(RECIPES) == {"europarl_en_it", "lm_gutenberg_large", "multi30k_en_de"}
+
+
+from fairseq_heads.pipeline import compute_keys  # noqa: E402
+from fairseq_heads.pipeline.recipes import LM_TOY, MULTI30K_CONVERGED, recipe_steps  # noqa: E402
+
+
+def keys(config, *assignments):
+    return compute_keys(recipe_steps(apply_overrides(config, list(assignments)), "/data", "/user_dir"))
+
+
+@pytest.mark.parametrize("config, assignment", [
+    (TOY, "l0.encoder_lambdas=0.002,0.05,0.1"),
+    (TOY, "curve.metrics=grad,confidence,lrp"),
+    (LM_TOY, "l0.lambdas=0.05,0.5,1.0"),
+    (MULTI30K_CONVERGED, "converged.seeds=1,2,3,4"),
+    (MULTI30K_CONVERGED, "l0.all_lambdas=0.02"),
+])
+def test_growing_a_sweep_adds_steps_and_changes_no_other_key_but_the_reports(config, assignment):
+    before, after = keys(config), keys(config, assignment)
+    assert set(before) < set(after)
+    assert [name for name in before if before[name] != after[name]] == ["report"]
+
+
+@pytest.mark.parametrize("config, assignment, changed", [
+    (TOY, "train.lr=0.004", "baseline"),
+    (MULTI30K_CONVERGED, "converged.patience=6", "enc_l0_0.005_conv_s1"),
+])
+def test_a_changed_setting_changes_its_step_and_everything_downstream(config, assignment, changed):
+    before, after = keys(config), keys(config, assignment)
+    steps = {s.name: s for s in recipe_steps(config, "/data", "/user_dir")}
+    downstream, grown = {changed}, True
+    while grown:  # the steps that read a changed step, transitively
+        new = {n for n, s in steps.items() if set(s.inputs) & downstream} - downstream
+        downstream |= new
+        grown = bool(new)
+    assert {name for name in before if before[name] != after[name]} >= downstream
+    assert "data" not in {name for name in before if before[name] != after[name]}

@@ -1,0 +1,136 @@
+"""The converged protocol's steps for the translation recipe (recipes/README.md, "protocols"):
+per L0 model `<enc|all>_l0_<λ>_conv_s<seed>` (the names the report parses, report/layout.py)
+
+    <model>_l0        L0 fine-tune of the baseline until the plateau rule holds
+                      (convergence.py: `plateau_validations` validations `validate_updates` apart
+                      with the same open heads and < `plateau_loss_tolerance` relative valid-loss
+                      change; at most `l0_max_updates`)
+    mask_<model>      its open heads as a fixed head mask
+    <model>           the fine-tune goes on with that mask and no penalty until --patience
+                      (at most `fixed_mask_max_updates`; the best checkpoint is scored)
+    bleu_<model>      BLEU and the result file with both phases' update counts
+    scratch_<model>   for `scratch_lambdas` (all types): the same layout trained from random
+                      init with the baseline's schedule, validations and patience; its BLEU
+
+λ=0 (the control) runs the same protocol without a penalty: its scratch side is the full layout
+trained from scratch, the reference of "trained vs scratch" (report/tables.py).
+"""
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from typing import List, Tuple
+
+from .config import settings_except
+from .fairseq_steps import run_fairseq_heads, train_argv
+from .runner import Step, StepContext
+
+
+@dataclass(frozen=True)
+class Converged:
+    seeds: Tuple[int, ...] = ()       # the L0 models' training seeds; empty: the quick protocol
+    validate_updates: int = 5
+    plateau_validations: int = 2
+    plateau_loss_tolerance: float = 0.005
+    patience: int = 2
+    l0_max_updates: int = 40
+    fixed_mask_max_updates: int = 30
+    scratch_max_updates: int = 60
+    scratch_lambdas: Tuple[float, ...] = ()  # all-types λs (0: the full layout) also trained from scratch
+
+
+def protocol_settings(v: Converged) -> dict:
+    """What one converged model depends on: not which seeds and λs the sweep has."""
+    return settings_except(v, "seeds", "scratch_lambdas")
+
+
+def validations(v: Converged) -> List[object]:
+    """A validation (and a checkpoint) every `validate_updates` updates, none at epoch ends, so
+    that "N validations" means N x validate_updates updates on either side."""
+    return ["--validate-interval-updates", v.validate_updates, "--save-interval-updates", v.validate_updates,
+            "--validate-interval", 1_000_000, "--keep-interval-updates", 1]
+
+
+def converged_steps(nmt, side: str, lam: float, seed: int) -> List[Step]:
+    """The steps of one converged L0 model (and its from-scratch twin); `nmt` is the recipe's NmtSteps."""
+    from .nmt import ALL_TYPES, BASELINE_CHECKPOINT, l0_settings, lambda_name
+
+    c, v, s = nmt.c, nmt.c.converged, nmt.suffix
+    name = f"{side}_l0_{lambda_name(lam)}_conv_s{seed}{s}"
+    kind, types, extra = (("encoder_l0", "enc-self", ["--freeze-decoder"]) if side == "enc"
+                          else ("all_l0", ALL_TYPES, []))
+    mask = f"masks/{name}/head_mask.json"
+    settings = {"model": asdict(c.model), "train": asdict(c.train), "l0": l0_settings(c.l0),
+                "converged": protocol_settings(v), "side": side, "lambda": lam, "seed": seed}
+
+    def gated(context: StepContext) -> List[object]:
+        l0 = c.l0
+        return nmt.common() + nmt.size() + nmt.training(c.train.max_tokens, seed) + [
+            "--arch", "gated_transformer", "--gated-attention", types, *extra,
+            "--optimizer", "gate_adam", "--lr", l0.lr, "--gate-lr-scale", l0.gate_lr_scale,
+            "--lr-scheduler", "fixed", "--save-dir", context.out, *validations(v),
+            "--validation-trace", os.path.join(context.out, "validations.jsonl")]
+
+    def l0_phase(context: StepContext) -> List[str]:
+        return train_argv(nmt.data_bin(context), gated(context) + [
+            "--finetune-from-model", context.path(f"models/baseline{s}/{BASELINE_CHECKPOINT}"),
+            "--criterion", "label_smoothed_cross_entropy_l0", "--l0-lambda", lam,
+            "--max-update", v.l0_max_updates, "--stop-on-plateau", v.plateau_validations,
+            "--plateau-loss-tolerance", v.plateau_loss_tolerance,
+            "--gate-trace", os.path.join(context.out, "gate_trace.jsonl"),
+            "--gate-trace-interval", c.l0.trace_interval])
+
+    def write_mask(context: StepContext) -> None:
+        run_fairseq_heads("mask", "add_mask_arguments", "run_mask", [
+            "--path", context.path(f"models/{name}_l0/checkpoint_last.pt"),
+            "--out", os.path.join(context.out, "head_mask.json")])
+
+    def fixed_mask_phase(context: StepContext) -> List[str]:
+        # the L0 phase's traces beside the model: the report draws its heads dying over training
+        shutil.copy2(context.path(f"models/{name}_l0/gate_trace.jsonl"), context.out)
+        shutil.copy2(context.path(f"models/{name}_l0/validations.jsonl"),
+                     os.path.join(context.out, "validations_l0.jsonl"))
+        return train_argv(nmt.data_bin(context), gated(context) + [
+            "--finetune-from-model", context.path(f"models/{name}_l0/checkpoint_last.pt"),
+            "--head-mask", context.path(mask), "--criterion", "label_smoothed_cross_entropy",
+            "--max-update", v.fixed_mask_max_updates, "--patience", v.patience])
+
+    result = ["--protocol", "converged", "--seed", seed, "--plateau-validations", v.plateau_validations,
+              "--plateau-loss-tolerance", v.plateau_loss_tolerance]
+    steps = [
+        Step(f"{name}_l0", f"models/{name}_l0", settings, inputs=("data", f"baseline{s}"),
+             command=l0_phase, resumable=True),
+        Step(f"mask_{name}", f"masks/{name}", {}, inputs=(f"{name}_l0",), call=write_mask),
+        Step(name, f"models/{name}", settings, inputs=("data", f"{name}_l0", f"mask_{name}"),
+             command=fixed_mask_phase, resumable=True),
+        nmt.bleu_step(name, kind, lam, checkpoint="checkpoint_best.pt", inputs=(f"mask_{name}",), head_mask=mask,
+                      result_options=result + ["--phase", f"l0={{results}}/models/{name}/validations_l0.jsonl",
+                                               "--phase", f"fixed_mask={{results}}/models/{name}/validations.jsonl"]),
+    ]
+    if side == "all" and lam in v.scratch_lambdas:
+        steps += scratch_steps(nmt, name, lam, seed, mask)
+    return steps
+
+
+def scratch_steps(nmt, name: str, lam: float, seed: int, mask: str) -> List[Step]:
+    """`name`'s layout (its mask) trained from random init as the baseline was, to patience."""
+    c, v = nmt.c, nmt.c.converged
+    t = c.train
+    scratch = f"scratch_{name}"
+
+    def train(context: StepContext) -> List[str]:
+        return train_argv(nmt.data_bin(context), nmt.common() + nmt.size() + nmt.training(t.max_tokens, seed) + [
+            "--arch", "transformer", "--head-mask", context.path(mask),
+            "--criterion", "label_smoothed_cross_entropy", "--optimizer", "adam", "--lr", t.lr,
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", t.warmup, "--save-dir", context.out,
+            "--max-update", v.scratch_max_updates, "--patience", v.patience, *validations(v),
+            "--validation-trace", os.path.join(context.out, "validations.jsonl")])
+
+    settings = {"model": asdict(c.model), "train": asdict(t), "converged": protocol_settings(v), "seed": seed}
+    return [
+        Step(scratch, f"models/{scratch}", settings, inputs=("data", f"mask_{name}"), command=train,
+             resumable=True),
+        nmt.bleu_step(scratch, "from_scratch", lam, checkpoint="checkpoint_best.pt", inputs=(f"mask_{name}",),
+                      head_mask=mask, result_options=[
+                          "--protocol", "converged", "--seed", seed, "--from-model", name,
+                          "--phase", f"from_scratch={{results}}/models/{scratch}/validations.jsonl"]),
+    ]

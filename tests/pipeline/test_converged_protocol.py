@@ -1,0 +1,65 @@
+"""The converged protocol on the pipeline (nmt_converged.py), at toy scale: L0 until the plateau
+rule, its mask, the fixed-mask phase until patience, the layout from scratch, the result files
+the report reads (both phases' update counts, seeds, the from-scratch model's origin), and a
+second seed that re-runs nothing of the first."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+SETTINGS = ["--set", "l0.encoder_lambdas=", "--set", "l0.all_lambdas=0.01", "--set", "converged.seeds=1",
+            "--set", "converged.scratch_lambdas=0.01", "--set", "l0.control=false", "--set", "curve.metrics="]
+
+
+def recipe(results, *extra):
+    process = subprocess.run([sys.executable, "-m", "fairseq_heads.cli", "recipe", "europarl_en_it",
+                              "--scale", "toy", "--results", str(results), *SETTINGS, *extra],
+                             capture_output=True, text=True, timeout=1500, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    return re.findall(r"^run  (\S+)$", process.stdout, re.M)
+
+
+@pytest.fixture(scope="module")
+def converged(tmp_path_factory):
+    results = tmp_path_factory.mktemp("converged") / "results"
+    return results, recipe(results, "--jobs", "2")
+
+
+def test_the_protocols_steps_run_in_order_of_their_inputs(converged):
+    results, ran = converged
+    name = "all_l0_0.01_conv_s1"
+    for step in (f"{name}_l0", f"mask_{name}", name, f"bleu_{name}", f"scratch_{name}", f"bleu_scratch_{name}"):
+        assert step in ran, step
+    assert ran.index(f"{name}_l0") < ran.index(f"mask_{name}") < ran.index(name) < ran.index(f"bleu_{name}")
+    assert ran.index(f"mask_{name}") < ran.index(f"scratch_{name}") < ran.index(f"bleu_scratch_{name}")
+
+
+def test_the_result_files_carry_what_the_report_reads(converged):
+    results, _ = converged
+    name = "all_l0_0.01_conv_s1"
+    trained = json.loads((results / "results" / name / "result.json").read_text())
+    assert trained["protocol"] == "converged" and trained["seed"] == 1 and trained["kind"] == "all_l0"
+    phases = trained["training"]["phases"]
+    assert set(phases) == {"l0", "fixed_mask"} and trained["training"]["updates"] == sum(
+        p["updates"] for p in phases.values())
+    mask = json.loads((results / "masks" / name / "head_mask.json").read_text())
+    kept = sum(v for rows in mask.values() for row in rows for v in row)
+    assert sum(trained["heads_kept"].values()) == kept  # the fixed mask is the layout scored
+    scratch = json.loads((results / "results" / f"scratch_{name}" / "result.json").read_text())
+    assert scratch["kind"] == "from_scratch" and scratch["from_model"] == name
+    assert scratch["heads_kept"] == trained["heads_kept"] and set(scratch["training"]["phases"]) == {"from_scratch"}
+    # the L0 phase's traces travel with the model: the heads-dying figure
+    assert (results / "models" / name / "gate_trace.jsonl").read_text() == \
+        (results / "models" / f"{name}_l0" / "gate_trace.jsonl").read_text()
+    assert "Trained vs from scratch, converged protocol, per seed" in (results / "tables.md").read_text()
+
+
+def test_a_second_seed_adds_its_models_and_reruns_nothing_of_the_first(converged):
+    results, _ = converged
+    ran = recipe(results, "--set", "converged.seeds=1,2")
+    assert sorted(ran) == sorted(["all_l0_0.01_conv_s2_l0", "mask_all_l0_0.01_conv_s2", "all_l0_0.01_conv_s2",
+                                  "bleu_all_l0_0.01_conv_s2", "scratch_all_l0_0.01_conv_s2",
+                                  "bleu_scratch_all_l0_0.01_conv_s2", "report"])
