@@ -23,4 +23,5 @@ def run(args) -> int:
           f"({len(vocab.blocked)} fairseq symbols blocked)")
     for path in result.files:
         print(f"wrote {path}")
+    print("model options (fairseq-train --finetune-from-model ...): " + " ".join(result.model_options()))
     return 0

@@ -158,6 +158,12 @@ class ImportResult(NamedTuple):
     vocab: VocabularyMap
     files: List[str]
 
+    def model_options(self) -> List[str]:
+        """The fairseq-train options of this model (--arch gated_llama + these), to fine-tune it
+        with `--finetune-from-model OUT_DIR/checkpoint.pt`."""
+        return ["--arch", "gated_llama", *self.shape.fairseq_options(),
+                "--blocked-output-symbols", ",".join(str(i) for i in self.vocab.blocked)]
+
 
 def checkpoint_state(args, model) -> dict:
     """A fairseq checkpoint of `model` (what fairseq-train saves, without optimizer state)."""

@@ -10,7 +10,7 @@ VOCAB = 96  # embedding rows; the tokenizer has fewer strings (the rest: rows wi
 
 
 def tokenizer_strings(kind: str):
-    if kind == "llama":  # sentencepiece-style specials, equal to fairseq's
+    if kind in ("llama", "mistral"):  # sentencepiece-style specials, equal to fairseq's
         specials = ["<unk>", "<s>", "</s>"]
     else:  # qwen2-style: none of fairseq's strings; eos is <|endoftext|>
         specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -30,7 +30,8 @@ def write_tokenizer_json(path, strings, unk):
 
 
 def hf_model(kind: str, kv_heads: int, tied: bool = False, seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+                              Qwen2Config, Qwen2ForCausalLM)
 
     common = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=kv_heads, max_position_embeddings=128,
@@ -39,6 +40,9 @@ def hf_model(kind: str, kv_heads: int, tied: bool = False, seed: int = 0):
     if kind == "llama":
         config = LlamaConfig(rope_theta=500.0, bos_token_id=1, eos_token_id=2, **common)
         model = LlamaForCausalLM(config)
+    elif kind == "mistral":  # LLaMA's layers; its sliding window off
+        config = MistralConfig(rope_theta=1000.0, bos_token_id=1, eos_token_id=2, sliding_window=None, **common)
+        model = MistralForCausalLM(config)
     else:
         config = Qwen2Config(rope_theta=10000.0, bos_token_id=None, eos_token_id=0, **common)
         model = Qwen2ForCausalLM(config)
@@ -58,5 +62,5 @@ def save_hf_model(model, kind: str, directory) -> str:
     model.save_pretrained(str(directory), safe_serialization=True)
     strings = tokenizer_strings(kind)
     write_tokenizer_json(os.path.join(directory, "tokenizer.json"), strings,
-                         "<unk>" if kind == "llama" else "<|im_end|>")  # WordLevel needs one
+                         "<|im_end|>" if kind == "qwen2" else "<unk>")  # WordLevel needs one
     return str(directory)

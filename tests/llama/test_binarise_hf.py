@@ -77,3 +77,38 @@ def test_prepare_lm_with_a_hf_tokenizer(tmp_path, capsys):
     assert len(valid) == len(lines)
     # the toy grammar's words are not this tokenizer's: each word is <unk> (fairseq's 3), then </s>
     assert valid[0].tolist() == [3] * len(lines[0].split()) + [2]
+
+
+def test_fine_tune_an_imported_model_with_gates(tmp_path):
+    """docs/llama.md's fine-tune: the import's model options + --finetune-from-model, the L0
+    criterion with --train-gates-only on the binarised text: the weights stay the imported ones,
+    the gates learn."""
+    source = save_hf_model(hf_model("qwen2", kv_heads=2), "qwen2", tmp_path / "hf")
+    imported = import_hf(source, str(tmp_path / "imported"))
+    words = [w for w in tokenizer_strings("qwen2") if w.startswith("w")]
+    text = tmp_path / "text"
+    text.mkdir()
+    g = torch.Generator().manual_seed(0)
+    (text / "train.txt").write_text("\n".join(" ".join(words[i] for i in torch.randint(
+        0, len(words), (10,), generator=g).tolist()) for _ in range(40)) + "\n")
+    assert main(["binarise-hf", source, "--text", str(text), "--out", str(tmp_path / "bin")]) == 0
+    process = run_cli([
+        "fairseq-train", str(tmp_path / "bin"), "--user-dir", USER_DIR, "--task", "language_modeling_heads",
+        *imported.model_options(), "--finetune-from-model", str(tmp_path / "imported" / "checkpoint.pt"),
+        "--tokens-per-sample", "32", "--max-tokens", "256", "--criterion", "cross_entropy_l0",
+        "--l0-lambda", "0.01", "--optimizer", "gate_adam", "--lr", "1e-4", "--gate-lr-scale", "10",
+        "--train-gates-only", "--max-update", "3", "--cpu", "--num-workers", "0", "--disable-validation",
+        "--save-dir", str(tmp_path / "ft"), "--no-epoch-checkpoints", "--no-save-optimizer-state"])
+    assert process.returncode == 0, process.stderr[-3000:]
+    model, _ = load_model_and_task(str(tmp_path / "ft" / "checkpoint_last.pt"), {"data": str(tmp_path / "bin")})
+    attention = model.decoder.layers[0].self_attn
+    assert attention.num_kv_heads == 2 and model.decoder.blocked_output_symbols == imported.vocab.blocked
+    imported_model, _ = load_model_and_task(str(tmp_path / "imported" / "checkpoint.pt"), {"data": str(tmp_path / "bin")})
+    # --train-gates-only: every weight as imported, only log-alphas moved
+    moved = []
+    for (name, ours), (_, theirs) in zip(model.state_dict().items(), imported_model.state_dict().items()):
+        if name.endswith("log_alpha"):
+            moved.append(not torch.equal(ours, theirs))
+        else:
+            assert torch.equal(ours, theirs), name
+    assert moved and all(moved)

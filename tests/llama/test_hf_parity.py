@@ -1,5 +1,5 @@
 """`import-hf` against Hugging Face: tiny random LLaMA and Qwen2 models (GQA with 2 query heads
-per KV head, and plain multi-head attention), converted, give HF's log-probabilities over HF's
+per KV head, and plain multi-head attention; and Mistral without a sliding window), converted, give HF's log-probabilities over HF's
 vocabulary, full sequence and incremental (KV cache), and the same greedy continuations."""
 import pytest
 import torch
@@ -16,7 +16,8 @@ pytest.importorskip("transformers")
 # agree to ~1e-6 here. 2e-5 leaves room for other BLAS kernels without hiding a wrong formula (a
 # misplaced rotation or norm moves them by > 1e-2).
 TOLERANCE = 2e-5
-CASES = [("llama", 2, False), ("llama", 4, True), ("qwen2", 2, True), ("qwen2", 4, False)]
+CASES = [("llama", 2, False), ("llama", 4, True), ("qwen2", 2, True), ("qwen2", 4, False),
+         ("mistral", 2, False)]
 
 
 def hf_ids(seed=0, batch=2, length=10):
@@ -87,7 +88,7 @@ def test_every_hf_string_has_a_dictionary_entry(converted):
     hf, _, task, index, result = converted
     from llama.hf_models import tokenizer_strings
 
-    kind = "llama" if hf.config.model_type == "llama" else "qwen2"
+    kind = hf.config.model_type
     strings = tokenizer_strings(kind)
     dictionary = task.dictionary
     eos = hf.config.eos_token_id
@@ -99,4 +100,4 @@ def test_every_hf_string_has_a_dictionary_entry(converted):
         elif hf_id != eos or word == "</s>":
             assert dictionary.index(word) == int(index[hf_id]), word
     assert len(set(index.tolist())) == VOCAB  # one symbol per HF id
-    assert len(dictionary) == VOCAB + 4 - (3 if kind == "llama" else 0)
+    assert len(dictionary) == VOCAB + 4 - (0 if kind == "qwen2" else 3)
