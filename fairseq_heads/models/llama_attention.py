@@ -24,7 +24,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..gating.gated_attention import GatedMultiheadAttention, gate_columns, gate_heads, split_heads
+from ..gating.gated_attention import (
+    GatedMultiheadAttention,
+    gate_columns,
+    gate_heads,
+    is_causal_mask,
+    split_heads,
+)
 from ..gating.hard_concrete import HardConcreteGate
 from .llama_layers import apply_rotary, rotary_cos_sin
 
@@ -153,7 +159,8 @@ class LlamaAttention(GatedMultiheadAttention):
                     tgt_len: int, src_len: int, offset: int, dtype: torch.dtype,
                     device: torch.device) -> Tuple[Optional[Tensor], bool]:
         """(additive mask (B | 1, 1, T, S) or None, is_causal) for the scores."""
-        if attn_mask is not None and key_padding_mask is None and tgt_len == src_len:
+        if (attn_mask is not None and key_padding_mask is None and tgt_len == src_len
+                and is_causal_mask(attn_mask)):
             return None, True  # the decoder's future mask over the whole sequence
         mask = None
         if attn_mask is None and tgt_len > 1:  # several new tokens after a cache: causal, offset
