@@ -100,9 +100,9 @@ def check_weights(model_dir: str, shape: LlamaShape) -> List[str]:
 def fairseq_rows(hf_matrix: torch.Tensor, vocab: VocabularyMap) -> torch.Tensor:
     """An HF (vocab, d) matrix with its rows in fairseq's dictionary order (zeros: no source)."""
     rows = torch.zeros(vocab.size, hf_matrix.size(1), dtype=torch.float32)
-    for index, hf_id in enumerate(vocab.row_source):
-        if hf_id is not None:
-            rows[index] = hf_matrix[hf_id].float()
+    ours = [i for i, hf_id in enumerate(vocab.row_source) if hf_id is not None]
+    theirs = [vocab.row_source[i] for i in ours]
+    rows[torch.tensor(ours, dtype=torch.long)] = hf_matrix[torch.tensor(theirs, dtype=torch.long)].float()
     return rows
 
 
