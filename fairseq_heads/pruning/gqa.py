@@ -22,7 +22,8 @@ def kv_groups(model: nn.Module) -> HeadGroups:
     """The KV group of every head (blocks without GQA: each head is its own group)."""
     groups: Dict[str, Dict[int, List[int]]] = {}
     for attention_type, layer, attention in iter_attention(model):
-        row = list(getattr(attention, "kv_head_of", range(attention.num_heads)))
+        # (a block left without heads keeps its last kv_head_of: it has no heads to group)
+        row = list(getattr(attention, "kv_head_of", range(attention.num_heads)))[:attention.num_heads]
         groups.setdefault(attention_type, {})[layer] = row
     return {t: [rows[i] for i in sorted(rows)] for t, rows in groups.items()}
 

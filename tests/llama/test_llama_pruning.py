@@ -139,3 +139,18 @@ def test_gate_table_of_kv_group_gates_has_a_row_per_query_head(dict_dir, tmp_pat
     rows = gate_rows({"model": pruned.state_dict(), "cfg": {"model": args}})
     assert [(r.layer, r.head, r.log_alpha) for r in rows if r.layer == 1] == [(1, 0, 2.0), (1, 1, 2.0)]
     assert len(rows) == 6
+
+
+def test_a_layer_without_heads(dict_dir):
+    """Every head of layer 0 removed: the block outputs nothing (o-proj has no bias), masked ≡
+    pruned, the layout rebuilds it, and the KV groups and costs count it as empty."""
+    task, model = build_llama(dict_dir)
+    mask = {"dec-self": torch.tensor([[0, 0, 0, 0], [1, 0, 0, 1]], dtype=torch.bool)}
+    masked, pruned = masked_and_pruned(model, mask)
+    assert_same_function(masked, pruned, len(task.dictionary))
+    assert kv_groups(pruned) == {"dec-self": [[], [0, 1]]}
+    assert attention_cost(pruned)[:2] == (2, 2) == attention_cost(model, mask)[:2]
+    _, rebuilt = build_llama(dict_dir, ["--head-layout", head_layout_json(pruned)])
+    rebuilt.load_state_dict(pruned.state_dict(), strict=True)
+    x = random_tokens(len(task.dictionary))
+    assert torch.equal(full_lprobs(rebuilt.eval(), x), full_lprobs(pruned, x))
