@@ -58,6 +58,9 @@ class GroupGate(HardConcreteGate):
             return self.fixed_mask
         return self.per_head(super().forward())
 
+    def head_log_alpha(self) -> Tensor:
+        return self.per_head(self.log_alpha)
+
     def prob_open(self) -> Tensor:
         if self.fixed_mask is not None:
             return self.fixed_mask

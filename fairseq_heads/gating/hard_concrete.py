@@ -132,6 +132,10 @@ class HardConcreteGate(nn.Module):
             return self.fixed_mask.sum()
         return prob_nonzero(self.log_alpha, self.temperature, self.low, self.high).sum()
 
+    def head_log_alpha(self) -> Tensor:
+        """Each head's log-alpha (a gate shared by a group of heads repeats it: group_gate.py)."""
+        return self.log_alpha
+
     def prob_open(self) -> Tensor:
         if self.fixed_mask is not None:
             return self.fixed_mask

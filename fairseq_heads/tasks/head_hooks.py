@@ -80,7 +80,7 @@ def gate_record(model, update: int) -> dict:
     heads = []
     for attention_type, layer, gate in iter_gates(model):
         for head, (log_alpha, p_open, is_open) in enumerate(zip(
-                gate.log_alpha.tolist(), gate.prob_open().tolist(), gate.is_open().tolist())):
+                gate.head_log_alpha().tolist(), gate.prob_open().tolist(), gate.is_open().tolist())):
             heads.append({"type": attention_type, "layer": layer, "head": head,
                           "log_alpha": log_alpha, "p_open": round(p_open, 5), "open": int(is_open)})
     return {"update": update, "heads": heads}

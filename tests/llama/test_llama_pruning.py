@@ -154,3 +154,14 @@ def test_a_layer_without_heads(dict_dir):
     rebuilt.load_state_dict(pruned.state_dict(), strict=True)
     x = random_tokens(len(task.dictionary))
     assert torch.equal(full_lprobs(rebuilt.eval(), x), full_lprobs(pruned, x))
+
+
+def test_gate_trace_of_kv_group_gates_has_every_query_head(dict_dir):
+    from fairseq_heads.tasks.head_hooks import gate_record
+
+    _, model = build_llama(dict_dir, ["--prune-unit", "kv-group"])
+    with torch.no_grad():
+        model.decoder.layers[0].self_attn.gate.log_alpha.copy_(torch.tensor([-5.0, 2.0]))
+    heads = [h for h in gate_record(model, 7)["heads"] if h["layer"] == 0]
+    assert [(h["head"], h["log_alpha"], h["open"]) for h in heads] == [
+        (0, -5.0, 0), (1, -5.0, 0), (2, 2.0, 1), (3, 2.0, 1)]
