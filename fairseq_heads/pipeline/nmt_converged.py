@@ -11,6 +11,9 @@ per L0 model `<enc|all>_l0_<λ>_conv_s<seed>` (the names the report parses, repo
     bleu_<model>      BLEU and the result file with both phases' update counts
     scratch_<model>   for `scratch_lambdas` (all types): the same layout trained from random
                       init with the baseline's schedule, validations and patience; its BLEU
+    michel_<m>_as_<model>  for `michel_metrics` (encoder models): the baseline's top-K encoder
+                      heads by metric m, K as many as <model> kept, fine-tuned as <model>'s
+                      fixed-mask phase: Michel et al. compared fairly (report/michel.py)
 
 λ=0 (the control) runs the same protocol without a penalty: its scratch side is the full layout
 trained from scratch, the reference of "trained vs scratch" (report/tables.py).
@@ -19,6 +22,8 @@ import os
 import shutil
 from dataclasses import asdict, dataclass
 from typing import List, Tuple
+
+import torch
 
 from .config import settings_except
 from .fairseq_steps import run_fairseq_heads, train_argv
@@ -36,11 +41,13 @@ class Converged:
     fixed_mask_max_updates: int = 30
     scratch_max_updates: int = 60
     scratch_lambdas: Tuple[float, ...] = ()  # all-types λs (0: the full layout) also trained from scratch
+    michel_metrics: Tuple[str, ...] = ()     # for each encoder L0 model (λ > 0): the top-K encoder heads
+                                             # by each of these metrics, K its heads, fine-tuned alike
 
 
 def protocol_settings(v: Converged) -> dict:
     """What one converged model depends on: not which seeds and λs the sweep has."""
-    return settings_except(v, "seeds", "scratch_lambdas")
+    return settings_except(v, "seeds", "scratch_lambdas", "michel_metrics")
 
 
 def validations(v: Converged) -> List[object]:
@@ -108,7 +115,49 @@ def converged_steps(nmt, side: str, lam: float, seed: int) -> List[Step]:
     ]
     if side == "all" and lam in v.scratch_lambdas:
         steps += scratch_steps(nmt, name, lam, seed, mask)
+    if side == "enc" and lam > 0:
+        for metric in v.michel_metrics:
+            steps += heuristic_steps(nmt, name, metric, seed, gated)
     return steps
+
+
+def heuristic_steps(nmt, l0_name: str, metric: str, seed: int, gated) -> List[Step]:
+    """Michel et al.'s choice at the L0 model's size: the baseline's top-K encoder heads by
+    `metric` (its stats), K = the encoder heads `l0_name` kept; then the L0 model's fixed-mask
+    fine-tune from the baseline with that mask. `gated`: the L0 model's training options."""
+    from .nmt import BASELINE_CHECKPOINT
+
+    c, v, s = nmt.c, nmt.c.converged, nmt.suffix
+    name = f"michel_{metric}_as_{l0_name}"
+    mask = f"masks/{name}/head_mask.json"
+
+    def write_mask(context: StepContext) -> None:
+        from ..gating.head_masks import load_head_mask, save_head_mask
+        from ..pruning.importance import keep_top_k, read_head_scores
+
+        kept = int(load_head_mask(context.path(f"masks/{l0_name}/head_mask.json"))["enc-self"].sum())
+        scores = read_head_scores(context.path(f"stats/baseline{s}/heads.csv"), metric, types=("enc-self",))
+        chosen = keep_top_k(scores, kept)
+        save_head_mask({t: torch.stack(rows) for t, rows in chosen.items()}, os.path.join(context.out, "head_mask.json"))
+
+    def fixed_mask_phase(context: StepContext) -> List[str]:
+        return train_argv(nmt.data_bin(context), gated(context) + [
+            "--finetune-from-model", context.path(f"models/baseline{s}/{BASELINE_CHECKPOINT}"),
+            "--head-mask", context.path(mask), "--criterion", "label_smoothed_cross_entropy",
+            "--max-update", v.fixed_mask_max_updates, "--patience", v.patience])
+
+    settings = {"model": asdict(c.model), "train": asdict(c.train), "converged": protocol_settings(v),
+                "seed": seed, "metric": metric}
+    return [
+        Step(f"mask_{name}", f"masks/{name}", {"metric": metric},
+             inputs=(f"mask_{l0_name}", f"stats{s}"), call=write_mask),
+        Step(name, f"models/{name}", settings, inputs=("data", f"baseline{s}", f"mask_{name}"),
+             command=fixed_mask_phase, resumable=True),
+        nmt.bleu_step(name, "heuristic", None, checkpoint="checkpoint_best.pt", inputs=(f"mask_{name}",),
+                      head_mask=mask, result_options=[
+                          "--protocol", "converged", "--seed", seed, "--from-model", l0_name,
+                          "--phase", f"fixed_mask={{results}}/models/{name}/validations.jsonl"]),
+    ]
 
 
 def scratch_steps(nmt, name: str, lam: float, seed: int, mask: str) -> List[Step]:

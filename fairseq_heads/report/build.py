@@ -16,6 +16,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ..stats.table import read_csv_rows
 from . import figures, layout, tables
+from .michel import michel_comparison_table
 from .model_result import ResultError, parse_generate_output
 from .tables import MissingInput, Table
 
@@ -171,6 +172,17 @@ def _differences(inputs: Inputs, kinds) -> Tuple[str, Table]:
         return f"{_DIFFERENCES}: not computed ({missing})", Table([], [])
 
 
+def _michel_comparison(inputs: Inputs) -> List[Tuple[str, Table]]:
+    """The fair comparison with heuristic pruning, where such models were trained (none: no table)."""
+    if not tables.by_kind(inputs.results, layout.HEURISTIC):
+        return []
+    title = "L0 against heuristic pruning at equal heads, the same fine-tune"
+    try:
+        return [(title, michel_comparison_table(inputs.results, inputs.translations))]
+    except MissingInput as missing:
+        return [(f"{title}: not computed ({missing})", Table([], []))]
+
+
 def _encoder_section(inputs: Inputs, draw: Callable) -> Section:
     shown = tables.headline(inputs.results)
     table = tables.encoder_pruning_table(inputs.results, inputs.curve, inputs.curves)
@@ -179,7 +191,8 @@ def _encoder_section(inputs: Inputs, draw: Callable) -> Section:
     name = draw("encoder_pruning.png", figures.encoder_pruning_figure,
                 tables.encoder_sweep_points(shown), curve, more_curves=more)
     return Section("1. Encoder heads: BLEU against heads kept (L0 sweep, decoder frozen) and "
-                   "heuristic pruning", [("", table), _differences(inputs, [layout.ENCODER_L0])],
+                   "heuristic pruning", [("", table), _differences(inputs, [layout.ENCODER_L0])]
+                   + _michel_comparison(inputs),
                    [("BLEU against encoder heads kept", name)])
 
 

@@ -39,7 +39,9 @@ BASELINE = "baseline"          # the plain Transformer
 ENCODER_L0 = "encoder_l0"      # encoder self-attention gated, decoder frozen, one L0 lambda
 ALL_L0 = "all_l0"              # all three attention types gated, one L0 lambda
 FROM_SCRATCH = "from_scratch"  # trained from random init with the heads of an *_l0 model fixed off
-KINDS = (BASELINE, ENCODER_L0, ALL_L0, FROM_SCRATCH)
+HEURISTIC = "heuristic"        # the top-K encoder heads of an importance metric (Michel et al.)
+                               # fine-tuned as an L0 model's fixed-mask phase (report/michel.py)
+KINDS = (BASELINE, ENCODER_L0, ALL_L0, FROM_SCRATCH, HEURISTIC)
 
 # Training protocols of the *_l0 and from_scratch models (recipes/README.md); a result file
 # without one is from before the converged protocol existed: quick.

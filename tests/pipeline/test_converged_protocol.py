@@ -1,7 +1,9 @@
 """The converged protocol on the pipeline (nmt_converged.py), at toy scale: L0 until the plateau
 rule, its mask, the fixed-mask phase until patience, the layout from scratch, the result files
-the report reads (both phases' update counts, seeds, the from-scratch model's origin), and a
-second seed that re-runs nothing of the first."""
+the report reads (both phases' update counts, seeds, the from-scratch model's origin), Michel et
+al.'s heuristic at the L0 model's size with the same fine-tune, and a second seed that re-runs
+nothing of the first."""
+import csv
 import json
 import os
 import re
@@ -10,7 +12,8 @@ import sys
 
 import pytest
 
-SETTINGS = ["--set", "l0.encoder_lambdas=", "--set", "l0.all_lambdas=0.01", "--set", "converged.seeds=1",
+SETTINGS = ["--set", "l0.encoder_lambdas=0.002", "--set", "l0.all_lambdas=0.01", "--set", "converged.seeds=1",
+            "--set", "converged.michel_metrics=grad",
             "--set", "converged.scratch_lambdas=0.01", "--set", "l0.control=false", "--set", "curve.metrics="]
 
 
@@ -57,9 +60,27 @@ def test_the_result_files_carry_what_the_report_reads(converged):
     assert "Trained vs from scratch, converged protocol, per seed" in (results / "tables.md").read_text()
 
 
+def test_the_heuristic_keeps_as_many_encoder_heads_the_top_ones_by_its_metric(converged):
+    results, _ = converged
+    l0, heuristic = "enc_l0_0.002_conv_s1", "michel_grad_as_enc_l0_0.002_conv_s1"
+    l0_mask = json.loads((results / "masks" / l0 / "head_mask.json").read_text())["enc-self"]
+    mask = json.loads((results / "masks" / heuristic / "head_mask.json").read_text())["enc-self"]
+    kept = sum(map(sum, mask))
+    assert kept == sum(map(sum, l0_mask))
+    with open(results / "stats" / "baseline" / "heads.csv") as f:
+        grad = {(int(r["layer"]), int(r["head"])): float(r["grad"]) for r in csv.DictReader(f) if r["type"] == "enc-self"}
+    chosen = {(layer, head) for layer, row in enumerate(mask) for head, on in enumerate(row) if on}
+    assert chosen == set(sorted(grad, key=grad.get, reverse=True)[:kept])
+    result = json.loads((results / "results" / heuristic / "result.json").read_text())
+    assert result["kind"] == "heuristic" and result["from_model"] == l0 and result["heads_kept"]["enc-self"] == kept
+    assert "L0 against heuristic pruning at equal heads, the same fine-tune" in (results / "tables.md").read_text()
+
+
 def test_a_second_seed_adds_its_models_and_reruns_nothing_of_the_first(converged):
     results, _ = converged
     ran = recipe(results, "--set", "converged.seeds=1,2")
-    assert sorted(ran) == sorted(["all_l0_0.01_conv_s2_l0", "mask_all_l0_0.01_conv_s2", "all_l0_0.01_conv_s2",
-                                  "bleu_all_l0_0.01_conv_s2", "scratch_all_l0_0.01_conv_s2",
-                                  "bleu_scratch_all_l0_0.01_conv_s2", "report"])
+    s2 = [f"{step}_conv_s2" for step in ("all_l0_0.01", "mask_all_l0_0.01", "bleu_all_l0_0.01", "scratch_all_l0_0.01",
+                                         "bleu_scratch_all_l0_0.01", "enc_l0_0.002", "mask_enc_l0_0.002",
+                                         "bleu_enc_l0_0.002", "mask_michel_grad_as_enc_l0_0.002",
+                                         "michel_grad_as_enc_l0_0.002", "bleu_michel_grad_as_enc_l0_0.002")]
+    assert sorted(ran) == sorted(s2 + ["all_l0_0.01_conv_s2_l0", "enc_l0_0.002_conv_s2_l0", "report"])
