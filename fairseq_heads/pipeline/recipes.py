@@ -7,8 +7,9 @@ lm_gutenberg_large  a LLaMA-style LM (`gated_llama`: RMSNorm, RoPE, SwiGLU, GQA)
 multi30k_en_de  `converged`: the shared baseline's model and data (6+6 layers x 8 heads, d=128,
                 Multi30k) trained from scratch until its valid loss stops improving (issue 37:
                 the paper prunes a converged model), then BLEU, in-domain statistics, PUD
-                syntax, the curves, and the headline encoder point with its control under the
-                converged protocol (nmt_converged.py), three seeds.
+                syntax, the curves, the headline encoder point with its control under the
+                converged protocol (nmt_converged.py), three seeds, and Michel et al.'s
+                gradient heuristic at the same size with the same fine-tune.
 """
 from typing import Dict
 
@@ -63,7 +64,8 @@ MULTI30K_CONVERGED = NmtRecipe(
     # (3 of 6 stopped at the earlier cap of 4,000 updates, their best valid loss the last)
     converged=Converged(seeds=(1, 2, 3), validate_updates=100, plateau_validations=5,
                         plateau_loss_tolerance=0.005, patience=5, l0_max_updates=4000,
-                        fixed_mask_max_updates=10000, scratch_max_updates=12000),
+                        fixed_mask_max_updates=10000, scratch_max_updates=12000,
+                        michel_metrics=("grad",)),
     generate=Generate(subset="test", beam=5, batch_size=128),
     stats=Stats(subset="valid", bootstrap_replicates=200, max_tokens=4096, rare_outside_top=500),
     curve=Curve(metrics=("grad", "lrp"), steps=(0, 12, 24, 36, 44)),
