@@ -16,18 +16,11 @@ the variants interleaved round by round so that machine noise hits all of them a
   `time.process_time()`: on a shared machine, CPU seconds are far less disturbed by other
   processes than wall-clock seconds. Median over rounds.
 
-Next to each measured speed-up is the one predicted by FLOPs: every matmul of the workload,
-counted for the masked model (which computes every head) and the pruned one:
-  encoder, per source token:  q/k/v/out projections 4·d·a, scores and context 2·S·a, FFN 2·d·f
-  decoder, per step and hypothesis (incremental): self-attention 4·d·a + 2·t·a,
-      encoder-decoder attention 2·d·a (q, out) + 2·S·a (+ its k/v, 2·d·a per source token,
-      once per hypothesis), FFN 2·d·f, output projection d·V
-with a = kept heads × head dim (0 for a layer without heads), d model dim, f FFN dim, V vocab,
-S source length, t target position; ×2 FLOPs per multiply-add. Mean S and hypothesis length
-come from the data and the generated token count of that fraction. Softmax, layer norms,
-embeddings, cache reordering and beam bookkeeping are not matmuls and are not counted: where
-the measured speed-up falls short of the prediction, `--profile` (cProfile of the in-process
-generation) shows where the time goes.
+Next to each measured speed-up is the one predicted by FLOPs (fairseq_heads/pruning/flops.py:
+every matmul of the workload) for the masked model (which computes every head) and the pruned
+one. Mean source and hypothesis length come from the data and the generated token count of that
+fraction. Where the measured speed-up falls short of the prediction, `--profile` (cProfile of
+the in-process generation) shows where the time goes.
 """
 import argparse
 import cProfile
@@ -52,11 +45,11 @@ from fairseq_heads.checkpoints import load_checkpoint  # noqa: E402
 from fairseq_heads.files import write_text_atomic as write_atomic  # noqa: E402
 from fairseq_heads.gating.head_masks import apply_head_mask, head_mask_to_json  # noqa: E402
 from fairseq_heads.heads import heads_per_layer  # noqa: E402
-from fairseq_heads.heads import iter_attention  # noqa: E402
 from fairseq_heads.checkpoints import model_options as checkpoint_model_options  # noqa: E402
 from fairseq_heads.pruning.checkpoint import prune_checkpoint  # noqa: E402
 from fairseq_heads.pruning.mask_policy import GivenMask  # noqa: E402
 from fairseq_heads.pruning.curve import batches  # noqa: E402
+from fairseq_heads.pruning.flops import attention_widths, generation_flops  # noqa: E402
 
 USER_DIR = os.path.dirname(os.path.abspath(fairseq_heads.__file__))
 BIN_DIR = os.path.dirname(sys.executable)
@@ -135,24 +128,6 @@ def profile(model, task, args):
             "seconds": {k: round(v, 2) for k, v in groups.items()},
             "top_own_time": [dict(r, own_s=round(r["own_s"], 3), cumulative_s=round(r["cumulative_s"], 3))
                              for r in rows[:12]]}
-
-
-def attention_widths(model):
-    """[(type, kept heads × head dim)] for every attention block."""
-    return [(t, attention.num_heads * attention.head_dim) for t, _, attention in iter_attention(model)]
-
-
-def generation_flops(widths, d, f, vocab, beam, src_len, hyp_len, encoder_layers, decoder_layers):
-    """Matmul FLOPs of translating one sentence (see the module docstring)."""
-    enc = sum(4 * d * a + 2 * src_len * a for t, a in widths if t == "enc-self") * src_len
-    enc += encoder_layers * 2 * d * f * src_len
-    dec = 0.0
-    for step in range(1, int(round(hyp_len)) + 1):
-        dec += sum(4 * d * a + 2 * step * a for t, a in widths if t == "dec-self")
-        dec += sum(2 * d * a + 2 * src_len * a for t, a in widths if t == "enc-dec")
-        dec += decoder_layers * 2 * d * f + d * vocab
-    dec += sum(2 * d * a * src_len for t, a in widths if t == "enc-dec")  # static k/v, once
-    return 2 * (enc + beam * dec)
 
 
 def main(argv=None):

@@ -10,7 +10,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import signal
 import sys
 
@@ -40,16 +39,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def default_data_root() -> str:
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     return os.path.join(os.path.dirname(repo), "shared", "data")
-
-
-def machine_info() -> dict:
-    import torch
-
-    info = {"python": platform.python_version(), "torch": torch.__version__,
-            "cpu_count": os.cpu_count(), "processor": platform.processor() or platform.machine()}
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-    return info
 
 
 def build_runner(args):
@@ -86,6 +75,7 @@ def build_runner(args):
 def run(args) -> int:
     from ..files import write_text_atomic
     from .config import config_dict
+    from .fairseq_steps import machine_info
 
     config, runner = build_runner(args)
     if args.dry_run:

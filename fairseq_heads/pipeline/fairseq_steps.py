@@ -8,7 +8,9 @@ import argparse
 import importlib
 import json
 import os
+import platform
 import re
+import statistics
 import sys
 from typing import Dict, List, Optional
 
@@ -52,14 +54,15 @@ def generate(data_bin: str, options: List[str], out_file: str) -> None:
     os.replace(written, out_file)
 
 
-_JSON_RECORD = re.compile(r"\| (train|valid) \| (\{.*\})\s*$")
+_JSON_RECORD = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
 
 
 def training_summary(log_path: str) -> Dict[str, object]:
     """What a fairseq-train log (--log-format json) says of the run: each epoch's train and
     valid records, the last update, and target tokens per second (fairseq's `wps`: target
-    tokens; the epochs' rates weighted by their training wall time)."""
-    epochs, valid = [], []
+    tokens; the epochs' rates weighted by their training wall time, and the steady rate of the
+    --log-interval records)."""
+    epochs, valid, inner = [], [], []
     with open(log_path, encoding="utf-8", errors="replace") as f:
         for line in f:
             match = _JSON_RECORD.search(line)
@@ -69,7 +72,7 @@ def training_summary(log_path: str) -> Dict[str, object]:
                 record = json.loads(match.group(2))
             except ValueError:
                 continue
-            (epochs if match.group(1) == "train" else valid).append(record)
+            {"train": epochs, "valid": valid, "train_inner": inner}[match.group(1)].append(record)
 
     def number(record, name) -> Optional[float]:
         try:
@@ -85,8 +88,22 @@ def training_summary(log_path: str) -> Dict[str, object]:
         "updates": int(number(epochs[-1], "train_num_updates") or 0) if epochs else 0,
         "train_wall_seconds": round(total_wall, 1),
         "target_tokens_per_second": round(sum(w * t for w, t in weighted) / total_wall) if total_wall else None,
+        # the steady rate: the median of the --log-interval records after the first (start-up,
+        # CUDA warm-up); None for a run too short to log more than one
+        "steady_target_tokens_per_second": (round(statistics.median(number(r, "train_inner_wps") for r in inner[1:]))
+                                            if len(inner) > 1 else None),
         "best_valid_loss": min((number(r, "valid_loss") for r in valid if number(r, "valid_loss") is not None),
                                default=None),
         "train": epochs,
         "valid": valid,
     }
+
+
+def machine_info() -> dict:
+    import torch
+
+    info = {"python": platform.python_version(), "torch": torch.__version__,
+            "cpu_count": os.cpu_count(), "processor": platform.processor() or platform.machine()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info

@@ -27,6 +27,7 @@ import torch
 
 from .config import settings_except
 from .fairseq_steps import run_fairseq_heads, train_argv
+from .nmt_config import ALL_TYPES, BASELINE_CHECKPOINT, l0_settings, lambda_name
 from .runner import Step, StepContext
 
 
@@ -59,8 +60,6 @@ def validations(v: Converged) -> List[object]:
 
 def converged_steps(nmt, side: str, lam: float, seed: int) -> List[Step]:
     """The steps of one converged L0 model (and its from-scratch twin); `nmt` is the recipe's NmtSteps."""
-    from .nmt import ALL_TYPES, BASELINE_CHECKPOINT, l0_settings, lambda_name
-
     c, v, s = nmt.c, nmt.c.converged, nmt.suffix
     name = f"{side}_l0_{lambda_name(lam)}_conv_s{seed}{s}"
     kind, types, extra = (("encoder_l0", "enc-self", ["--freeze-decoder"]) if side == "enc"
@@ -125,8 +124,6 @@ def heuristic_steps(nmt, l0_name: str, metric: str, seed: int, gated) -> List[St
     """Michel et al.'s choice at the L0 model's size: the baseline's top-K encoder heads by
     `metric` (its stats), K = the encoder heads `l0_name` kept; then the L0 model's fixed-mask
     fine-tune from the baseline with that mask. `gated`: the L0 model's training options."""
-    from .nmt import BASELINE_CHECKPOINT
-
     c, v, s = nmt.c, nmt.c.converged, nmt.suffix
     name = f"michel_{metric}_as_{l0_name}"
     mask = f"masks/{name}/head_mask.json"

@@ -25,7 +25,7 @@ COMMITTED = (
     ("stats/*/heads.csv", "copy"), ("stats/*/heads.json", "copy"), ("stats/*/agreement.json", "copy"),
     ("curve/curve.csv", "copy"), ("curves/*/curve.csv", "copy"), ("masks/*/head_mask.json", "copy"),
     ("models/*/gate_trace.jsonl", "gzip"), ("models/*/validations*.jsonl", "gzip"),
-    ("logs/*.log", "gzip"),
+    ("logs/*.log", "gzip"), ("bench/summary/throughput.json", "copy"), ("bench/decode/decode.json", "copy"),
 )
 
 

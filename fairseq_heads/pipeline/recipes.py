@@ -4,6 +4,8 @@ europarl_en_it  Transformer-base on Europarl EN->IT (317k pairs): the GPU queue'
                 (recipes/gpu/README.md); `toy` runs the same steps on the toy corpus on a CPU.
 lm_gutenberg_large  a LLaMA-style LM (`gated_llama`: RMSNorm, RoPE, SwiGLU, GQA) on the 163 books of
                 gutenberg_en_large: the GPU queue's experiment (b); `toy`: the toy grammar on a CPU.
+throughput_europarl  the GPU queue's experiment (c): gated against plain training, stats against
+                fairseq-validate, pruned against unpruned decoding, on (a)'s model and data.
 multi30k_en_de  `converged`: the shared baseline's model and data (6+6 layers x 8 heads, d=128,
                 Multi30k) trained from scratch until its valid loss stops improving (issue 37:
                 the paper prunes a converged model), then BLEU, in-domain statistics, PUD
@@ -14,8 +16,10 @@ multi30k_en_de  `converged`: the shared baseline's model and data (6+6 layers x 
 from typing import Dict
 
 from .lm import LmCurve, LmData, LmL0, LmModel, LmRecipe, LmStats, LmTrain
-from .nmt import L0, Curve, Data, Generate, Model, NmtRecipe, Stats, Syntax, Train
+from .nmt import NmtRecipe
+from .nmt_config import L0, Curve, Data, Generate, Model, Stats, Syntax, Train
 from .nmt_converged import Converged
+from .throughput import Bench, ThroughputRecipe
 
 # The toy scale: the synthetic corpus, a 2+2-layer d=32 model, a few dozen updates per
 # training; every step in a few minutes on 2 CPU cores (CI). The numbers mean nothing.
@@ -94,6 +98,11 @@ LM_GUTENBERG_LARGE_GPU = LmRecipe(
 
 RECIPES: Dict[str, Dict[str, object]] = {
     "europarl_en_it": {"toy": TOY, "gpu": EUROPARL_BASE_GPU},
+    # experiment (c): the Transformer-base of (a) on its data, 300 updates per training run
+    "throughput_europarl": {"toy": ThroughputRecipe(nmt=TOY, bench=Bench()),
+                            "gpu": ThroughputRecipe(nmt=EUROPARL_BASE_GPU,
+                                                    bench=Bench(updates=300, rounds=2, keep_fractions=(0.5, 0.25),
+                                                                decode_sentences=500))},
     "lm_gutenberg_large": {"toy": LM_TOY, "gpu": LM_GUTENBERG_LARGE_GPU},
     "multi30k_en_de": {"converged": MULTI30K_CONVERGED},
 }
@@ -103,6 +112,8 @@ def recipe_steps(config, data_root: str, user_dir: str):
     """The steps of a recipe's config: the translation or the language-model pipeline."""
     from .lm import LmSteps
     from .nmt import NmtSteps
+    from .throughput import ThroughputSteps
 
-    builder = LmSteps if isinstance(config, LmRecipe) else NmtSteps
+    builder = (LmSteps if isinstance(config, LmRecipe)
+               else ThroughputSteps if isinstance(config, ThroughputRecipe) else NmtSteps)
     return builder(config, data_root, user_dir).steps()

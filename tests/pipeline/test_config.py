@@ -37,7 +37,7 @@ def test_the_gpu_scale_is_the_paper_size_model_and_toy_runs_on_cpu():
     assert base.train.minutes >= 5 and base.train.fp16 and not base.cpu
     assert base.stats.subset == "valid" and base.l0.control and len(base.l0.encoder_lambdas) == 2
     assert TOY.cpu and RECIPES["europarl_en_it"] == {"toy": TOY, "gpu": EUROPARL_BASE_GPU}
-    assert set(RECIPES) == {"europarl_en_it", "lm_gutenberg_large", "multi30k_en_de"}
+    assert set(RECIPES) == {"europarl_en_it", "lm_gutenberg_large", "multi30k_en_de", "throughput_europarl"}
 
 
 from fairseq_heads.pipeline import compute_keys  # noqa: E402

@@ -157,3 +157,24 @@ def test_changing_the_l0_settings_reruns_the_sweep_and_nothing_before_it(lm_run)
     process = recipe("--results", str(root / "results"), "--set", "l0.updates=15")
     assert process.returncode == 0, process.stderr[-3000:]
     assert sorted(ran(process.stdout)) == sorted(LM_L0 + ["report"])
+
+
+# ------------------------------------------------------------------ experiment (c): throughput
+def test_the_throughput_experiment_measures_each_pair_side_by_side(tmp_path):
+    process = subprocess.run([sys.executable, "-m", "fairseq_heads.cli", "recipe", "throughput_europarl",
+                              "--scale", "toy", "--results", str(tmp_path / "r"), "--pack", str(tmp_path / "out.tar.gz")],
+                             capture_output=True, text=True, timeout=1500, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    report = json.loads((tmp_path / "r" / "bench" / "summary" / "throughput.json").read_text())
+    rates = report["training"]["target_tokens_per_second"]
+    assert len(rates["plain"]) == len(rates["gated"]) == 2 and min(rates["plain"] + rates["gated"]) > 0
+    assert report["stats_over_fairseq_validate"]["stats_s"] > 0 and report["stats_over_fairseq_validate"]["validate_s"] > 0
+    decode = report["decode"]["results"]
+    assert [r["fraction_kept"] for r in decode] == [0.5, 0.25]
+    # pruning removes computation only: the pruned model translates as the masked one, and the
+    # FLOPs predict a gain that grows with the heads removed
+    assert all(r["same_translations"] for r in decode)
+    assert 1 < decode[0]["predicted_speedup_flops"] < decode[1]["predicted_speedup_flops"]
+    assert report["machine"]["cpu_count"] >= 1
+    with tarfile.open(tmp_path / "out.tar.gz") as tar:
+        assert "bench/summary/throughput.json" in tar.getnames()

@@ -1,0 +1,98 @@
+"""The translation recipe's config sections (frozen dataclasses, `--set section.field=value`) and
+the names its steps share: nmt.py builds the steps, nmt_converged.py the converged protocol's."""
+from dataclasses import dataclass
+from typing import Tuple
+
+from .config import settings_except
+
+ALL_TYPES = "enc-self,dec-self,enc-dec"
+# The baseline every later step reads: its best validation (the last one too, when the valid
+# loss still falls at the time limit); an L0 fine-tune's last checkpoint (a fixed length).
+BASELINE_CHECKPOINT = "checkpoint_best.pt"
+
+
+@dataclass(frozen=True)
+class Data:
+    corpus: str = "synthetic"   # "synthetic" (the toy grammar) or a folder under --data-root
+    prefix: Tuple[str, ...] = ("train", "valid", "test")  # file stems of the splits in the folder
+    src: str = "src"
+    tgt: str = "tgt"
+    vocab_size: int = 400
+    max_len: int = 250          # train pairs longer than this (whitespace tokens) are dropped
+    synthetic_sizes: Tuple[int, ...] = (1500, 60, 60)  # train, valid, test sentences of the toy corpus
+
+
+@dataclass(frozen=True)
+class Syntax:
+    """A parsed set for syntactic heads. Empty: the data's own test split and its parses
+    (the toy corpus has them)."""
+    source: str = ""            # files under --data-root
+    target: str = ""            # no parallel PUD for every target language: the source again will do,
+    conllu: str = ""            # as syntactic heads read only the encoder
+
+
+@dataclass(frozen=True)
+class Model:
+    layers: int = 2
+    dim: int = 32
+    heads: int = 4
+    ffn: int = 64
+
+
+@dataclass(frozen=True)
+class Train:
+    max_tokens: int = 1024
+    lr: float = 5e-3
+    warmup: int = 10
+    max_update: int = 30
+    minutes: float = 0.0        # a cap on the baseline's training time (0: none)
+    validate_updates: int = 0   # validate (and checkpoint) every N updates; 0: at epoch ends
+    patience: int = 0           # stop after N validations without a better valid loss (0: never)
+    dropout: float = 0.1
+    label_smoothing: float = 0.1
+    fp16: bool = False
+    seed: int = 1
+
+
+@dataclass(frozen=True)
+class L0:
+    encoder_lambdas: Tuple[float, ...] = (0.002, 0.05)
+    all_lambdas: Tuple[float, ...] = ()
+    control: bool = True        # also λ=0, fine-tuned as long: the reference of pruning costs
+    updates: int = 20
+    lr: float = 1e-3
+    gate_lr_scale: float = 400.0
+    trace_interval: int = 5
+
+
+@dataclass(frozen=True)
+class Generate:
+    subset: str = "test"
+    beam: int = 2
+    batch_size: int = 64
+
+
+@dataclass(frozen=True)
+class Stats:
+    subset: str = "valid"
+    metrics: Tuple[str, ...] = ("confidence", "lrp", "grad", "positional", "rare")
+    grad_normalise: str = "layer"   # Michel et al.'s normalisation over each layer
+    rare_outside_top: int = 0       # the paper's rare-word filter (500); 0: every sentence
+    bootstrap_replicates: int = 20
+    max_tokens: int = 4096
+
+
+@dataclass(frozen=True)
+class Curve:
+    metrics: Tuple[str, ...] = ("grad", "confidence")
+    steps: Tuple[int, ...] = (0, 2, 4, 6)
+    types: str = "enc-self"
+
+
+def l0_settings(l0: L0) -> dict:
+    """What one L0 fine-tune depends on: not which λs the sweep has."""
+    return settings_except(l0, "encoder_lambdas", "all_lambdas", "control")
+
+
+def lambda_name(value: float) -> str:
+    return format(value, "g")
