@@ -85,6 +85,14 @@ class StepFailed(Exception):
     pass
 
 
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 def step_key(step: Step, input_keys: Mapping[str, str]) -> str:
     """sha256 of the step's name, settings and its inputs' keys (16 hex digits)."""
     payload = json.dumps({"name": step.name, "settings": step.settings,
@@ -188,7 +196,7 @@ class Runner:
             if os.path.isdir(out):
                 shutil.rmtree(out)
             key_file = os.path.join(partial, STEP_KEY_FILE)
-            if step.resumable and os.path.isfile(key_file) and open(key_file).read() == self.keys[step.name]:
+            if step.resumable and _read(key_file) == self.keys[step.name]:
                 resumed = True
             else:
                 shutil.rmtree(partial, ignore_errors=True)

@@ -14,7 +14,7 @@ import json
 import os
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from ..stats.table import read_csv_rows
+from ..stats.table import merge_head_statistics, read_csv_rows
 from . import figures, layout, tables
 from .michel import michel_comparison_table
 from .model_result import ResultError, parse_generate_output
@@ -107,20 +107,6 @@ def load_inputs(results_dir: str) -> Inputs:
         heads = merge_head_statistics(heads, read_csv_rows(syntax_csv))
     curve = read_csv(curve_csv) if os.path.isfile(curve_csv) else next(iter(curves.values()), None)
     return Inputs(results, heads, agreement, curve, traces, results_dir, translations, l0_phases, curves)
-
-
-def merge_head_statistics(heads: List[Dict[str, str]], more: List[Dict[str, str]]) -> List[Dict[str, str]]:
-    """The rows of `heads` with the columns of `more` (the same heads' statistics on another
-    set: syntactic heads on a parsed one) that they lack, and both sets' labels."""
-    by_head = {(row["type"], row["layer"], row["head"]): row for row in more}
-    merged = []
-    for row in heads:
-        extra = by_head.get((row["type"], row["layer"], row["head"]), {})
-        combined = {**{k: v for k, v in extra.items() if k != "labels"}, **row}
-        labels = [text for text in (row.get("labels", ""), extra.get("labels", "")) if text]
-        combined["labels"] = ";".join(labels)
-        merged.append(combined)
-    return merged
 
 
 def unfinished_l0_phases(results_dir: str, results: List[dict]) -> List[dict]:

@@ -208,3 +208,17 @@ def grid(rows: Sequence[Mapping], attention_type: str, column: str):
         value = r.get(column)
         values[int(r["layer"])][int(r["head"])] = math.nan if value is None else float(value)
     return values
+
+
+def merge_head_statistics(heads: List[Dict[str, str]], more: List[Dict[str, str]]) -> List[Dict[str, str]]:
+    """The rows of `heads` with the columns of `more` (the same heads' statistics on another
+    set: syntactic heads on a parsed one) that they lack, and both sets' labels."""
+    by_head = {(row["type"], row["layer"], row["head"]): row for row in more}
+    merged = []
+    for row in heads:
+        extra = by_head.get((row["type"], row["layer"], row["head"]), {})
+        combined = {**{k: v for k, v in extra.items() if k != "labels"}, **row}
+        labels = [text for text in (row.get("labels", ""), extra.get("labels", "")) if text]
+        combined["labels"] = ";".join(labels)
+        merged.append(combined)
+    return merged
