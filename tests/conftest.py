@@ -1,4 +1,5 @@
 """Shared pytest fixtures."""
+import logging
 
 import pytest
 
@@ -34,3 +35,22 @@ def toy_data_bin(tmp_path_factory):
         workers=1,
     )
     return prepare(config)
+
+
+@pytest.fixture(autouse=True)
+def root_logging_as_it_was():
+    """Commands run in-process configure logging (basicConfig, force=True in `prepare`, fairseq's
+    CLIs at import): a handler they add is bound to the stream of the test that ran them, which
+    pytest closes afterwards, and a later test's log record would fail on it ("I/O operation on
+    closed file"). Remove what a test added to the root logger (pytest's own handlers excepted)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):  # one a session fixture added, its stream closed since
+        stream = getattr(handler, "stream", None)
+        if stream is not None and getattr(stream, "closed", False):
+            root.removeHandler(handler)
+    before, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        if handler not in before and not type(handler).__module__.startswith("_pytest"):
+            root.removeHandler(handler)
+    root.setLevel(level)
