@@ -14,6 +14,8 @@ per L0 model `<enc|all>_l0_<λ>_conv_s<seed>` (the names the report parses, repo
     michel_<m>_as_<model>  for `michel_metrics` (encoder models): the baseline's top-K encoder
                       heads by metric m, K as many as <model> kept, fine-tuned as <model>'s
                       fixed-mask phase: Michel et al. compared fairly (report/michel.py)
+    speed_<model>     with `decode_speed` (encoder models): decoding tokens/s pruned against
+                      masked, beside the FLOP-predicted speed-up
 
 λ=0 (the control) runs the same protocol without a penalty: its scratch side is the full layout
 trained from scratch, the reference of "trained vs scratch" (report/tables.py).
@@ -44,11 +46,13 @@ class Converged:
     scratch_lambdas: Tuple[float, ...] = ()  # all-types λs (0: the full layout) also trained from scratch
     michel_metrics: Tuple[str, ...] = ()     # for each encoder L0 model (λ > 0): the top-K encoder heads
                                              # by each of these metrics, K its heads, fine-tuned alike
+    decode_speed: bool = False               # for each encoder L0 model (λ > 0): its decoding speed-up
+                                             # pruned against masked, beside the FLOP prediction
 
 
 def protocol_settings(v: Converged) -> dict:
     """What one converged model depends on: not which seeds and λs the sweep has."""
-    return settings_except(v, "seeds", "scratch_lambdas", "michel_metrics")
+    return settings_except(v, "seeds", "scratch_lambdas", "michel_metrics", "decode_speed")
 
 
 def validations(v: Converged) -> List[object]:
@@ -117,7 +121,36 @@ def converged_steps(nmt, side: str, lam: float, seed: int) -> List[Step]:
     if side == "enc" and lam > 0:
         for metric in v.michel_metrics:
             steps += heuristic_steps(nmt, name, metric, seed, gated)
+        if v.decode_speed:
+            steps.append(speed_step(nmt, name, mask))
     return steps
+
+
+def speed_step(nmt, name: str, mask: str) -> Step:
+    """The pruned model's decoding speed (beam search on generate.subset, this recipe's device)
+    against the same model with its heads masked, and the speed-up its FLOPs predict
+    (pruning/decode_speed.py): what the pruning buys at inference."""
+    g = nmt.c.generate
+
+    def call(context: StepContext) -> None:
+        import json
+
+        from ..files import write_text_atomic
+        from ..gating.head_masks import load_head_mask
+        from ..pruning.decode_speed import compare_pruned
+
+        # an encoder model's mask lists every type, the others whole: prune the encoder's heads
+        # (the types its checkpoint gates)
+        encoder = {"enc-self": load_head_mask(context.path(mask))["enc-self"]}
+        report = compare_pruned(context.path(f"models/{name}/checkpoint_best.pt"), nmt.data_bin(context),
+                                nmt.c.data.src, nmt.c.data.tgt, {name: encoder},
+                                g.subset, 1_000_000, g.beam, g.batch_size, 2, nmt.c.cpu, context.out)
+        for path in os.listdir(context.out):  # the pruned checkpoint was only the measured model
+            if path.endswith(".pt"):
+                os.remove(os.path.join(context.out, path))
+        write_text_atomic(os.path.join(context.out, "decode_speed.json"), json.dumps(report, indent=1) + "\n")
+    return Step(f"speed_{name}", f"speed/{name}", {"generate": asdict(g), "rounds": 2},
+                inputs=("data", name, f"mask_{name}"), call=call)
 
 
 def heuristic_steps(nmt, l0_name: str, metric: str, seed: int, gated) -> List[Step]:

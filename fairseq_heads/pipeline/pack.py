@@ -26,6 +26,7 @@ COMMITTED = (
     ("curve/curve.csv", "copy"), ("curves/*/curve.csv", "copy"), ("masks/*/head_mask.json", "copy"),
     ("models/*/gate_trace.jsonl", "gzip"), ("models/*/validations*.jsonl", "gzip"),
     ("logs/*.log", "gzip"), ("bench/summary/throughput.json", "copy"), ("bench/decode/decode.json", "copy"),
+    ("speed/*/decode_speed.json", "copy"),
 )
 
 

@@ -69,7 +69,7 @@ MULTI30K_CONVERGED = NmtRecipe(
     converged=Converged(seeds=(1, 2, 3), validate_updates=100, plateau_validations=5,
                         plateau_loss_tolerance=0.005, patience=5, l0_max_updates=4000,
                         fixed_mask_max_updates=10000, scratch_max_updates=12000,
-                        michel_metrics=("grad",)),
+                        michel_metrics=("grad",), decode_speed=True),
     generate=Generate(subset="test", beam=5, batch_size=128),
     stats=Stats(subset="valid", bootstrap_replicates=200, max_tokens=4096, rare_outside_top=500),
     curve=Curve(metrics=("grad", "lrp"), steps=(0, 12, 24, 36, 44)),

@@ -16,13 +16,15 @@ from typing import Dict, List, NamedTuple
 import torch
 from fairseq import models
 from fairseq.models import FairseqLanguageModel
+from fairseq.modules import MultiheadAttention
 from fairseq.data import Dictionary
 from omegaconf import OmegaConf
 from torch import nn
 
 from ..files import atomic_path
 from ..checkpoints import load_checkpoint, model_options
-from ..heads import heads_per_layer
+from ..gating.gated_attention import GatedMultiheadAttention
+from ..heads import ATTENTION_TYPES, heads_per_layer, iter_attention
 from ..models.gate_options import gate_defaults
 from ..models.gated_transformer import GatedTransformerModel
 from ..models.gated_transformer_lm import GatedTransformerLanguageModel, lm_gate_defaults
@@ -71,8 +73,19 @@ def _placeholder_task(weights: dict) -> _DictionariesOnly:
 def _build_with_weights(args: Namespace, weights: dict) -> nn.Module:
     """fairseq's models.build_model for the arch `args` names, then the weights (strict)."""
     model = models.build_model(copy.deepcopy(args), _placeholder_task(weights))
+    _gate_blocks_with_saved_gates(model, weights)
     model.load_state_dict(weights, strict=True, model_cfg=args)
     return model.eval()
+
+
+def _gate_blocks_with_saved_gates(model: nn.Module, weights: dict) -> None:
+    """A model trained with a --head-mask over attention types it does not gate (the converged
+    protocol's fixed-mask phase of an encoder-only model) saved gates for those blocks too: the
+    *_heads task gated them when it applied the mask (gating/head_masks.apply_head_mask). Gate
+    them here as the task did, so that the weights load."""
+    for name, module in model.named_modules():
+        if type(module) is MultiheadAttention and f"{name}.gate.log_alpha" in weights:
+            GatedMultiheadAttention.from_attention(module)
 
 
 def build_model_from_state(state: dict, args: Namespace) -> nn.Module:
@@ -107,6 +120,12 @@ def checkpoint_state_to_save(state: dict, model: nn.Module, args: Namespace) -> 
     cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True) if OmegaConf.is_config(cfg) else dict(cfg)
     args = copy.deepcopy(args)
     args.head_layout = head_layout_json(model)
+    # every gated block is saved with its gate, those _gate_blocks_with_saved_gates added too:
+    # the options must build them all
+    gated = [t for t in ATTENTION_TYPES if any(isinstance(a, GatedMultiheadAttention)
+                                               for t2, _, a in iter_attention(model) if t2 == t)]
+    if gated and hasattr(args, "gated_attention"):
+        args.gated_attention = ",".join(gated)
     cfg["model"] = args
     # The layout now fixes the head count: a --target-heads criterion saved with the run would
     # re-impose a target the pruned model may not have the heads for (fairseq-validate builds it).
@@ -115,6 +134,13 @@ def checkpoint_state_to_save(state: dict, model: nn.Module, args: Namespace) -> 
         criterion["target_heads"] = None
     elif criterion is not None and getattr(criterion, "target_heads", None):
         criterion.target_heads = None
+    # So does a --head-mask of the training run: it was for the unpruned shapes, whose masked
+    # heads are gone now or kept whole (the *_heads tasks would apply it to every load).
+    task = cfg.get("task")
+    if isinstance(task, dict) and task.get("head_mask"):
+        task["head_mask"] = None
+    elif task is not None and getattr(task, "head_mask", None):
+        task.head_mask = None
     new_state["cfg"] = cfg
     new_state["args"] = None
     new_state["model"] = model.state_dict()

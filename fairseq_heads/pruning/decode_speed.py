@@ -48,11 +48,27 @@ def decode_once(model, task, subset: str, sentences: int, beam: int, batch_size:
 def decode_speeds(checkpoint: str, data_bin: str, src: str, tgt: str, scores_csv: str,
                   fractions: Sequence[float], subset: str, sentences: int, beam: int, batch_size: int,
                   rounds: int, cpu: bool, work: str) -> Dict[str, object]:
-    """Per fraction: the pruned model against the unpruned one with the same heads masked (it
-    computes every head; the two translate alike, checked), tokens/s and the FLOP-predicted
-    speed-up at that workload; the unpruned model without a mask for reference. Pruned
-    checkpoints are written to `work`."""
+    """`compare_pruned` with, per fraction, that share of each attention type's heads kept, the
+    top ones by gradient importance in `scores_csv`."""
     scores = read_head_scores(scores_csv, "grad")
+    masks = {}
+    for fraction in fractions:
+        keep = round(fraction * sum(len(row) for row in next(iter(scores.values()))))
+        masks[f"{fraction:g}"] = {t: torch.stack(rows) for t, rows in keep_top_k(scores, keep, per_type=True).items()}
+    report = compare_pruned(checkpoint, data_bin, src, tgt, masks, subset, sentences, beam, batch_size,
+                            rounds, cpu, work)
+    for result, fraction in zip(report["results"], fractions):
+        result["fraction_kept"] = fraction
+    return report
+
+
+def compare_pruned(checkpoint: str, data_bin: str, src: str, tgt: str, masks: Dict[str, Dict],
+                   subset: str, sentences: int, beam: int, batch_size: int, rounds: int, cpu: bool,
+                   work: str) -> Dict[str, object]:
+    """Per head mask (label -> mask): the checkpoint pruned by it against the checkpoint with it as
+    a head mask (it computes every head; the two translate alike, checked), tokens/s and the
+    FLOP-predicted speed-up at that workload; the checkpoint without a mask for reference.
+    Pruned checkpoints are written to `work`."""
 
     def load(path, mask=None):
         [model], _, task = checkpoint_utils.load_model_ensemble_and_task(
@@ -63,13 +79,11 @@ def decode_speeds(checkpoint: str, data_bin: str, src: str, tgt: str, scores_csv
         return model, task
 
     loaded = {"unpruned": load(checkpoint)}
-    for fraction in fractions:
-        keep = round(fraction * sum(len(row) for row in next(iter(scores.values()))))
-        mask = {t: torch.stack(rows) for t, rows in keep_top_k(scores, keep, per_type=True).items()}
-        pruned = os.path.join(work, f"kept_{fraction:g}.pt")
+    for label, mask in masks.items():
+        pruned = os.path.join(work, f"pruned_{label}.pt")
         prune_checkpoint(checkpoint, pruned, GivenMask(mask))
-        loaded[f"masked_{fraction:g}"] = load(checkpoint, mask)
-        loaded[f"pruned_{fraction:g}"] = load(pruned)
+        loaded[f"masked_{label}"] = load(checkpoint, mask)
+        loaded[f"pruned_{label}"] = load(pruned)
     runs = {name: [] for name in loaded}
     for index in range(rounds):
         for name in (list(loaded) if index % 2 == 0 else list(reversed(loaded))):
@@ -84,17 +98,19 @@ def decode_speeds(checkpoint: str, data_bin: str, src: str, tgt: str, scores_csv
         return statistics.median(r["tokens"] / r["seconds"] for r in runs[name])
 
     results = []
-    for fraction in fractions:
-        masked, pruned = f"masked_{fraction:g}", f"pruned_{fraction:g}"
+    for label in masks:
+        masked, pruned = f"masked_{label}", f"pruned_{label}"
         run = runs[masked][0]
         workload = (d, f, vocab, beam, run["source_tokens"] / run["sentences"], run["tokens"] / run["sentences"], *layers)
         predicted = (generation_flops(attention_widths(loaded[masked][0]), *workload)
                      / generation_flops(attention_widths(loaded[pruned][0]), *workload))
-        results.append({"fraction_kept": fraction, "tokens_per_s": {n: round(speed(n), 1) for n in (masked, pruned)},
+        results.append({"mask": label, "heads_kept": {t: int(m.sum()) for t, m in masks[label].items()},
+                        "tokens_per_s": {n: round(speed(n), 1) for n in (masked, pruned)},
                         "speedup": round(speed(pruned) / speed(masked), 3),
                         "predicted_speedup_flops": round(predicted, 3),
                         "same_translations": runs[masked][0]["hypotheses"] == runs[pruned][0]["hypotheses"]})
     return {"subset": subset, "sentences": sentences, "beam": beam, "batch_size": batch_size, "rounds": rounds,
+            "device": "cpu" if cpu or not torch.cuda.is_available() else torch.cuda.get_device_name(0),
             "unpruned_tokens_per_s": round(speed("unpruned"), 1), "results": results,
             "runs": {name: [{k: round(v, 3) if isinstance(v, float) else v for k, v in r.items() if k != "hypotheses"}
                             for r in rs] for name, rs in runs.items()}}

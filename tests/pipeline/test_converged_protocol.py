@@ -13,7 +13,7 @@ import sys
 import pytest
 
 SETTINGS = ["--set", "l0.encoder_lambdas=0.002", "--set", "l0.all_lambdas=0.01", "--set", "converged.seeds=1",
-            "--set", "converged.michel_metrics=grad",
+            "--set", "converged.michel_metrics=grad", "--set", "converged.decode_speed=true",
             "--set", "converged.scratch_lambdas=0.01", "--set", "l0.control=false", "--set", "curve.metrics="]
 
 
@@ -76,11 +76,22 @@ def test_the_heuristic_keeps_as_many_encoder_heads_the_top_ones_by_its_metric(co
     assert "L0 against heuristic pruning at equal heads, the same fine-tune" in (results / "tables.md").read_text()
 
 
+def test_the_pruned_models_decoding_speed_is_measured_against_it_masked(converged):
+    # also prune_checkpoint on a model trained with a --head-mask over types it does not gate
+    # (its fixed gates are saved; the pruned checkpoint drops the mask and loads in fairseq)
+    results, _ = converged
+    report = json.loads((results / "speed" / "enc_l0_0.002_conv_s1" / "decode_speed.json").read_text())
+    (result,) = report["results"]
+    assert result["same_translations"] and result["predicted_speedup_flops"] >= 1
+    assert set(result["tokens_per_s"]) == {"masked_enc_l0_0.002_conv_s1", "pruned_enc_l0_0.002_conv_s1"}
+    assert not [p for p in os.listdir(results / "speed" / "enc_l0_0.002_conv_s1") if p.endswith(".pt")]
+
+
 def test_a_second_seed_adds_its_models_and_reruns_nothing_of_the_first(converged):
     results, _ = converged
     ran = recipe(results, "--set", "converged.seeds=1,2")
     s2 = [f"{step}_conv_s2" for step in ("all_l0_0.01", "mask_all_l0_0.01", "bleu_all_l0_0.01", "scratch_all_l0_0.01",
                                          "bleu_scratch_all_l0_0.01", "enc_l0_0.002", "mask_enc_l0_0.002",
-                                         "bleu_enc_l0_0.002", "mask_michel_grad_as_enc_l0_0.002",
+                                         "bleu_enc_l0_0.002", "speed_enc_l0_0.002", "mask_michel_grad_as_enc_l0_0.002",
                                          "michel_grad_as_enc_l0_0.002", "bleu_michel_grad_as_enc_l0_0.002")]
     assert sorted(ran) == sorted(s2 + ["all_l0_0.01_conv_s2_l0", "enc_l0_0.002_conv_s2_l0", "report"])
