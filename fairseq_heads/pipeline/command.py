@@ -64,6 +64,7 @@ def build_runner(args):
     env = dict(os.environ)
     # fairseq-train run as a module finds fairseq_heads where this process found it
     env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(user_dir), env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"  # a training's log is whole up to where it was stopped
     only = [s for s in args.only.split(",") if s] if args.only else None
     try:
         runner = Runner(steps, args.results, jobs=args.jobs, on_step_done=on_step_done, env=env, only=only)
