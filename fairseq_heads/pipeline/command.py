@@ -46,7 +46,7 @@ def build_runner(args):
     from .. import __file__ as package_file
     from .config import apply_overrides
     from .pack import pack
-    from .recipes import RECIPES, recipe_steps
+    from .recipes import RECIPES, corpus_files, recipe_steps
     from .runner import Runner
 
     scales = RECIPES[args.recipe]
@@ -70,6 +70,11 @@ def build_runner(args):
         runner = Runner(steps, args.results, jobs=args.jobs, on_step_done=on_step_done, env=env, only=only)
     except ValueError as error:
         raise CommandError(f"--only: {error}") from None
+    for step, paths in corpus_files(config, data_root).items():  # before any step runs
+        if step in runner.by_name and step in runner.wanted and not runner.is_done(runner.by_name[step]):
+            missing = [path for path in paths if not os.path.exists(path)]
+            if missing:
+                raise CommandError(f"step {step}: {missing[0]} not found (--data-root)")
     return config, runner
 
 

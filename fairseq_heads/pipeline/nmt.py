@@ -111,7 +111,8 @@ class NmtSteps:
             syntax_data = "syntax_data"
             steps.append(Step("syntax_data", "syntax_data", {**_asdict(c.syntax)}, inputs=("data",),
                               call=self.run_syntax_data))
-        steps.append(Step(f"syntax_stats{s}", f"stats/syntax{s}", {"replicates": c.stats.bootstrap_replicates},
+        steps.append(Step(f"syntax_stats{s}", f"stats/syntax{s}",
+                          {"replicates": c.stats.bootstrap_replicates, "max_tokens": c.stats.max_tokens},
                           inputs=(syntax_data, f"baseline{s}"), call=self.run_syntax_stats))
         lambdas = [("enc", lam) for lam in c.l0.encoder_lambdas]
         lambdas += [("all", lam) for lam in c.l0.all_lambdas]
@@ -206,8 +207,10 @@ class NmtSteps:
             options = ["--name", model, "--kind", kind, "--subset", g.subset, "--results-dir", context.results]
             if lam is not None:
                 options += ["--l0-lambda", lam]
-            options += [str(o).format(results=context.results) for o in result_options] or ["--seed", self.c.train.seed] + (
-                ["--protocol", "quick"] if lam is not None else [])
+            if result_options:  # the converged protocol's: its seed, phases, from-model
+                options += [str(o).format(results=context.results) for o in result_options]
+            else:  # the baseline, or a quick-protocol fine-tune of it
+                options += ["--seed", self.c.train.seed] + (["--protocol", "quick"] if lam is not None else [])
             run_fairseq_heads("result", "add_result_arguments", "run_result", [
                 out, "--path", path, *options, *mask, "--out", os.path.join(context.out, "result.json")])
             summary = training_summary(os.path.join(context.results, "logs", f"{model}.log"))

@@ -13,6 +13,7 @@ multi30k_en_de  `converged`: the shared baseline's model and data (6+6 layers x 
                 converged protocol (nmt_converged.py), three seeds, and Michel et al.'s
                 gradient heuristic at the same size with the same fine-tune.
 """
+import os
 from typing import Dict
 
 from .lm import LmCurve, LmData, LmL0, LmModel, LmRecipe, LmStats, LmTrain
@@ -117,3 +118,20 @@ def recipe_steps(config, data_root: str, user_dir: str):
     builder = (LmSteps if isinstance(config, LmRecipe)
                else ThroughputSteps if isinstance(config, ThroughputRecipe) else NmtSteps)
     return builder(config, data_root, user_dir).steps()
+
+
+def corpus_files(config, data_root: str):
+    """{step: the files under `data_root` it reads}: checked before a run that needs them."""
+    if isinstance(config, ThroughputRecipe):
+        config = config.nmt
+    if isinstance(config, LmRecipe):
+        return {"data": [os.path.join(data_root, config.data.source)] if config.data.source else []}
+    files = {"data": [], "syntax_data": []}
+    d = config.data
+    if d.corpus != "synthetic":
+        files["data"] = [os.path.join(data_root, d.corpus, f"{stem}.{lang}.gz")
+                         for stem in d.prefix for lang in (d.src, d.tgt)]
+    if config.syntax.source:
+        files["syntax_data"] = [os.path.join(data_root, getattr(config.syntax, f))
+                                for f in ("source", "target", "conllu")]
+    return files

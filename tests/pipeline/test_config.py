@@ -75,3 +75,16 @@ def test_a_changed_setting_changes_its_step_and_everything_downstream(config, as
         grown = bool(new)
     assert {name for name in before if before[name] != after[name]} >= downstream
     assert "data" not in {name for name in before if before[name] != after[name]}
+
+
+def test_a_missing_corpus_exits_2_naming_it_before_any_step(tmp_path):
+    import subprocess
+    import sys
+
+    process = subprocess.run([sys.executable, "-m", "fairseq_heads.cli", "recipe", "europarl_en_it", "--scale", "gpu",
+                              "--results", str(tmp_path / "r"), "--data-root", str(tmp_path / "nowhere")],
+                             capture_output=True, text=True, timeout=300)
+    assert process.returncode == 2
+    assert process.stderr.strip() == ("fairseq-heads recipe: error: step data: "
+                                      f"{tmp_path / 'nowhere' / 'europarl_en_it' / 'train.en.gz'} not found (--data-root)")
+    assert not (tmp_path / "r").exists()
