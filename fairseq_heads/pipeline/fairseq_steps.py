@@ -88,9 +88,9 @@ def training_summary(log_path: str) -> Dict[str, object]:
         "updates": int(number(epochs[-1], "train_num_updates") or 0) if epochs else 0,
         "train_wall_seconds": round(total_wall, 1),
         "target_tokens_per_second": round(sum(w * t for w, t in weighted) / total_wall) if total_wall else None,
-        # the steady rate: the median of the --log-interval records after the first (start-up,
-        # CUDA warm-up); None for a run too short to log more than one
-        "steady_target_tokens_per_second": (round(statistics.median(number(r, "train_inner_wps") for r in inner[1:]))
+        # the steady rate: the median of the --log-interval records (train_inner: keys without
+        # the tag) after the first (start-up, CUDA warm-up); None for a run too short for two
+        "steady_target_tokens_per_second": (round(statistics.median(number(r, "wps") for r in inner[1:]))
                                             if len(inner) > 1 else None),
         "best_valid_loss": min((number(r, "valid_loss") for r in valid if number(r, "valid_loss") is not None),
                                default=None),

@@ -88,3 +88,23 @@ def test_a_missing_corpus_exits_2_naming_it_before_any_step(tmp_path):
     assert process.stderr.strip() == ("fairseq-heads recipe: error: step data: "
                                       f"{tmp_path / 'nowhere' / 'europarl_en_it' / 'train.en.gz'} not found (--data-root)")
     assert not (tmp_path / "r").exists()
+
+
+def test_a_training_summary_reads_fairseqs_json_log(tmp_path):
+    from fairseq_heads.pipeline.fairseq_steps import training_summary
+
+    log = tmp_path / "train.log"
+    log.write_text("\n".join([
+        '2026-12-04 17:16:38 | INFO | train_inner | {"epoch": 1, "wps": "100.0", "num_updates": "50"}',
+        '2026-12-04 17:17:38 | INFO | train_inner | {"epoch": 1, "wps": "300.0", "num_updates": "100"}',
+        '2026-12-04 17:18:38 | INFO | train_inner | {"epoch": 1, "wps": "500.0", "num_updates": "150"}',
+        '2026-12-04 17:19:38 | INFO | train_inner | {"epoch": 1, "wps": "350.0", "num_updates": "200"}',
+        '2026-12-04 17:19:40 | INFO | valid | {"epoch": 1, "valid_loss": "5.5"}',
+        '2026-12-04 17:19:41 | INFO | train | {"epoch": 1, "train_wps": "200", "train_train_wall": "30", "train_num_updates": "200"}',
+        'a line that is no record', '2026-12-04 17:20:41 | INFO | valid | {"epoch": 2, "valid_loss": "5.25"}',
+        '2026-12-04 17:20:42 | INFO | train | {"epoch": 2, "train_wps": "400", "train_train_wall": "10", "train_num_updates": "260"}',
+    ]) + "\n")
+    summary = training_summary(str(log))
+    assert summary["updates"] == 260 and summary["epochs"] == 2 and summary["best_valid_loss"] == 5.25
+    assert summary["target_tokens_per_second"] == (200 * 30 + 400 * 10) / 40  # weighted by the epochs' wall
+    assert summary["steady_target_tokens_per_second"] == 350  # median of 300, 500, 350: the first left out
