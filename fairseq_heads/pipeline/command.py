@@ -41,6 +41,12 @@ def default_data_root() -> str:
     return os.path.join(os.path.dirname(repo), "shared", "data")
 
 
+def packed_run_name(recipe: str, scale: str, config) -> str:
+    """runs/<this>/ in a pack: the recipe, its scale and the training seed (seeds side by side)."""
+    train = getattr(getattr(config, "nmt", config), "train", None)
+    return f"{recipe}_{scale}" + (f"_s{train.seed}" if train is not None else "")
+
+
 def build_runner(args):
     """The recipe's config (with --set), its steps and their runner; checks come first."""
     from .. import __file__ as package_file
@@ -60,7 +66,8 @@ def build_runner(args):
     steps = recipe_steps(config, data_root, user_dir)
     if args.pack and not args.pack.endswith(".tar.gz"):
         raise CommandError(f"--pack {args.pack}: the archive's name must end in .tar.gz")
-    on_step_done = (lambda runner: pack(runner.results, args.pack)) if args.pack else None
+    run_name = packed_run_name(args.recipe, args.scale, config)
+    on_step_done = (lambda runner: pack(runner.results, args.pack, run_name)) if args.pack else None
     env = dict(os.environ)
     # fairseq-train run as a module finds fairseq_heads where this process found it
     env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(user_dir), env.get("PYTHONPATH")) if p)
@@ -106,7 +113,7 @@ def run(args) -> int:
     failed = runner.run()
     if args.pack:
         from .pack import pack
-        pack(runner.results, args.pack)
+        pack(runner.results, args.pack, packed_run_name(args.recipe, args.scale, config))
     if failed:
         print(f"recipe {args.recipe}: failed or skipped: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -15,17 +15,18 @@ from typing import Iterator, Tuple
 
 from ..files import atomic_path
 
-# (glob under the results folder, how the file is stored): "copy", "gzip" (adds .gz) or
-# "translations" (fairseq-generate output: its T- and D- lines only, gzipped)
+# (glob under the results folder, how the file is stored): "copy", "gzip" (adds .gz),
+# "translations" (fairseq-generate output: its T- and D- lines only, gzipped); "run": the run's
+# own files (under runs/RUN/ when packed with a run name)
 COMMITTED = (
     ("tables.md", "copy"), ("report.html", "copy"), ("figures/*.png", "copy"),
-    ("recipe.json", "copy"), ("steps.json", "copy"),
+    ("recipe.json", "run"), ("steps.json", "run"),
     ("results/*/result.json", "copy"), ("results/*/training.json", "copy"),
     ("results/*/generate.txt", "translations"),
     ("stats/*/heads.csv", "copy"), ("stats/*/heads.json", "copy"), ("stats/*/agreement.json", "copy"),
     ("curve/curve.csv", "copy"), ("curves/*/curve.csv", "copy"), ("masks/*/head_mask.json", "copy"),
     ("models/*/gate_trace.jsonl", "gzip"), ("models/*/validations*.jsonl", "gzip"),
-    ("logs/*.log", "gzip"), ("bench/summary/throughput.json", "copy"), ("bench/decode/decode.json", "copy"),
+    ("logs/*.log", "run gzip"), ("bench/summary/throughput.json", "copy"), ("bench/decode/decode.json", "copy"),
     ("speed/*/decode_speed.json", "copy"),
 )
 
@@ -35,8 +36,10 @@ def _translations(data: bytes) -> bytes:
     return "".join(line for line in lines if line[:2] in ("T-", "D-")).encode("utf-8")
 
 
-def committed_files(results: str) -> Iterator[Tuple[str, bytes]]:
-    """(path in the published folder, contents) of every committed file of `results`."""
+def committed_files(results: str, run: str = "") -> Iterator[Tuple[str, bytes]]:
+    """(path in the published folder, contents) of every committed file of `results`. A run's
+    own files (its config, step times, logs; "run" above) go under runs/RUN/ when `run` names
+    it, so that several runs (seeds) of a recipe unpack into one folder side by side."""
     results = os.path.abspath(results)
     prefix = (results + os.sep).encode("utf-8")
     for pattern, how in COMMITTED:
@@ -50,19 +53,21 @@ def committed_files(results: str) -> Iterator[Tuple[str, bytes]]:
                 data = data.replace(b'"' + prefix, b'"')
             elif fnmatch.fnmatch(relative, "logs/*.log"):
                 data = data.replace(prefix, b"")  # paths relative to the results folder
+            if how.startswith("run") and run:
+                relative = os.path.join("runs", run, relative)
             if how == "translations":
                 yield relative + ".gz", gzip.compress(_translations(data), mtime=0)
-            elif how == "gzip":
+            elif how.endswith("gzip"):
                 yield relative + ".gz", gzip.compress(data, mtime=0)
             else:
                 yield relative, data
 
 
-def pack(results: str, archive: str) -> None:
+def pack(results: str, archive: str, run: str = "") -> None:
     """Write the committed subset of `results` to the .tar.gz `archive`, atomically."""
     with atomic_path(archive) as tmp:
         with tarfile.open(tmp, "w:gz") as tar:
-            for name, data in committed_files(results):
+            for name, data in committed_files(results, run):
                 info = tarfile.TarInfo(name)
                 info.size = len(data)
                 info.mode = 0o644
