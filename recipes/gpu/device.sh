@@ -5,7 +5,7 @@
 # MINUTES in all, packing the results into $OUT/results.tar.gz after every step.
 set -uo pipefail
 minutes=$1 recipe=$2; shift 2
-PY=${PYTHON:-python3} CARRY=${CARRY:-.carry} SITE=${SITE:-/tmp/site} RESULTS=${RESULTS:-/tmp/results}
+PY=${PYTHON:-python3} CARRY=${CARRY:-.carry} SITE=${SITE:-$(mktemp -d)} RESULTS=${RESULTS:-$(mktemp -d)}
 if ls "$CARRY"/wheels/*.whl > /dev/null 2>&1; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$CARRY"/wheels/*.whl || exit 2
 fi
