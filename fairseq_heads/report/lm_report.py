@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence
 from ..files import write_text_atomic
 from ..numbers import format_number
 from ..stats.table import label_kind, read_json_document
-from .tables import head_level_interval
+from .function_tables import head_level_interval
 
 FUNCTIONS = ("previous-token", "induction", "duplicate-token", "positional", "rare")
 MODEL_KINDS = ("baseline", "l0", "from_scratch")

@@ -6,7 +6,7 @@ mask as the L0 model's fixed-mask phase is; its name is `michel_<metric>_as_<fro
 from typing import Dict, List, Sequence, Tuple
 
 from .layout import HEURISTIC
-from .tables import MissingInput, Table, by_kind
+from .table_basics import MissingInput, Table, by_kind
 
 MICHEL_PREFIX = "michel_"
 
