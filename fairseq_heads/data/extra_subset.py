@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from ..files import make_staging_dir, replace_dir
-from .prepare import DataPrepError, fairseq_preprocess_command, normalise, read_lines, write_lines
+from .binarising import fairseq_preprocess_command
+from .cleaning import normalise
+from .text_files import DataPrepError, read_lines, write_lines
 
 
 def binarize_subsets(data_bin: str, spm_model: str, subsets: Dict[str, Tuple[str, str]], src: str,

@@ -23,7 +23,9 @@ from typing import Dict, List, Optional
 
 from ..files import make_staging_dir, replace_dir
 from .extra_subset import named_file
-from .prepare import DataPrepError, conllu_blocks, fairseq_preprocess_command, normalise, read_lines, write_lines
+from .binarising import fairseq_preprocess_command
+from .cleaning import normalise
+from .text_files import DataPrepError, conllu_blocks, read_lines, write_lines
 
 TEXT_COMMENT = "# text = "
 

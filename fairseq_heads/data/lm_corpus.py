@@ -49,10 +49,10 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_heads.files import write_bytes_atomic, write_text_atomic
-from fairseq_heads.data.prepare import (
+from fairseq_heads.data.binarising import fairseq_preprocess_command
+from fairseq_heads.data.text_files import (
     DataPrepError,
     StepFolder,
-    fairseq_preprocess_command,
     read_lines,
     read_marker,
     write_json_atomic,

@@ -14,207 +14,40 @@ invalidates every later one. Outputs are built in a temp folder and renamed into
 failed step leaves neither a marker nor half-written outputs.
 
 Run it as `python -m fairseq_heads.data.prepare ...` or `fairseq-heads prepare ...`.
+
+The steps live by job: cleaning.py (clean), subwords.py (spm_train, spm_encode), binarising.py
+(binarize); the config and work layout in prepare_config.py, the file helpers in text_files.py.
+This module checks the config, copies the inputs (raw) and runs the steps in order; its names
+(PrepareConfig, prepare, DataPrepError, read_lines, ...) are the package's entry points.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
-import json
 import logging
-import os
-import shutil
-import subprocess
-import sys
-import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable
 
-from fairseq_heads.files import make_staging_dir, replace_dir, write_bytes_atomic, write_text_atomic
 from fairseq_heads.data import synthetic_corpus
 
+from .binarising import binarize_fingerprint, fairseq_preprocess_command, run_binarize  # noqa: F401
+from .cleaning import clean_fingerprint, drop_reason, filter_pairs, normalise, run_clean  # noqa: F401
+from .prepare_config import SIDE_FILES, SPLITS, STEPS, FilePair, PrepareConfig, PrepareResult, WorkPaths  # noqa: F401
+from .subwords import run_spm_encode, run_spm_train, spm_train_fingerprint  # noqa: F401
+from .text_files import (  # noqa: F401
+    DataPrepError,
+    StepFolder,
+    conllu_blocks,
+    file_signature,
+    read_lines,
+    read_marker,
+    read_side_file,
+    write_json_atomic,
+    write_lines,
+    write_side_file,
+)
+
 logger = logging.getLogger(__name__)
-
-SPLITS = ("train", "valid", "test")
-# Files kept next to the text of a split and filtered with it: CoNLL-U (one block per
-# sentence) and Pharaoh word alignments (one line per sentence).
-SIDE_FILES = ("conllu", "align")
-STEPS = ("raw", "clean", "spm_train", "spm_encode", "binarize")
-
-
-class DataPrepError(ValueError):
-    """Bad input or a failed step; the message names the file or option at fault."""
-
-
-@dataclass(frozen=True)
-class FilePair:
-    src: Path
-    tgt: Path
-
-
-@dataclass
-class PrepareConfig:
-    """Everything the pipeline needs. Either `synthetic` or `inputs` (with a train split)."""
-
-    work_dir: Path
-    src_lang: str = "src"
-    tgt_lang: str = "tgt"
-    # split -> file pairs, concatenated in order (e.g. several newstest years as one train set)
-    inputs: Mapping[str, Sequence[FilePair]] = field(default_factory=dict)
-    # split -> CoNLL-U of the source side (one sentence per source line)
-    conllu: Mapping[str, Path] = field(default_factory=dict)
-    synthetic: bool = False
-    synthetic_sizes: Mapping[str, int] = field(default_factory=lambda: {"train": 10000, "valid": 500, "test": 500})
-    seed: int = 1
-    vocab_size: int = 8000
-    max_len: int = 250  # whitespace tokens, per side (train only)
-    max_ratio: float = 3.0  # longer/shorter side in whitespace tokens (train only)
-    dedup: bool = True
-    input_sentence_size: int = 1_000_000  # sentencepiece sample cap
-    workers: int = 1
-    fairseq_preprocess: Optional[str] = None  # executable; default: next to python, then PATH
-
-    @property
-    def splits(self) -> List[str]:
-        if self.synthetic:
-            return [s for s in SPLITS if self.synthetic_sizes.get(s, 0) > 0]
-        return [s for s in SPLITS if self.inputs.get(s)]
-
-    @property
-    def langs(self) -> Tuple[str, str]:
-        return (self.src_lang, self.tgt_lang)
-
-
-@dataclass(frozen=True)
-class WorkPaths:
-    root: Path
-
-    @property
-    def raw(self) -> Path:
-        return self.root / "raw"
-
-    @property
-    def clean(self) -> Path:
-        return self.root / "clean"
-
-    @property
-    def spm(self) -> Path:
-        return self.root / "spm"
-
-    @property
-    def bin(self) -> Path:
-        return self.root / "bin"
-
-    @property
-    def spm_model(self) -> Path:
-        return self.root / "spm.model"
-
-    @property
-    def spm_vocab(self) -> Path:
-        return self.root / "spm.vocab"
-
-    def marker(self, step: str) -> Path:
-        return self.root / ".done" / f"{step}.json"
-
-
-@dataclass
-class PrepareResult:
-    work_dir: Path
-    data_bin: Path
-    spm_model: Path
-    raw_dir: Path
-    clean_dir: Path
-    spm_dir: Path
-    src_lang: str
-    tgt_lang: str
-    splits: List[str]
-    conllu: Dict[str, Path]  # split -> bin/{split}.conllu, where a parse exists
-    clean_report: Dict[str, Dict[str, int]]
-    steps_run: List[str]
-    steps_skipped: List[str]
-    config: PrepareConfig
-
-
-# --------------------------------------------------------------------------- small file helpers
-
-
-def read_lines(path: Path) -> List[str]:
-    """Lines of a plain or gzip UTF-8 file (gzip told by magic bytes, not name), split on \\n only.
-
-    Splitting on \\n alone gives `wc -l` semantics: a stray \\r or U+2028 inside a line must not
-    split it and desynchronise src from tgt (cleaning turns them into spaces later). Whole files
-    are read at once: fine for the corpora this project uses (up to a few 100k lines).
-    """
-    try:
-        data = Path(path).read_bytes()
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
-        text = data.decode("utf-8-sig")  # -sig: a leading BOM is not part of the first sentence
-    except UnicodeDecodeError as e:
-        raise DataPrepError(f"{path}: not valid UTF-8 ({e})") from None
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
-        raise DataPrepError(f"{path}: cannot read ({e})") from None
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return lines
-
-
-def write_lines(path: Path, lines: Sequence[str]) -> None:
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.writelines(line + "\n" for line in lines)
-
-
-def conllu_blocks(text: str) -> List[str]:
-    """Sentence blocks of a CoNLL-U text (each without its trailing blank line)."""
-    blocks, current = [], []
-    for line in text.split("\n"):
-        if line.strip():
-            current.append(line)
-        elif current:
-            blocks.append("\n".join(current))
-            current = []
-    if current:
-        blocks.append("\n".join(current))
-    return blocks
-
-
-def write_side_file(path: Path, kind: str, items: Sequence[str]) -> None:
-    if kind == "conllu":
-        text = "".join(block + "\n\n" for block in items)
-    else:
-        text = "".join(item + "\n" for item in items)
-    path.write_text(text, encoding="utf-8", newline="\n")
-
-
-def read_side_file(path: Path, kind: str) -> List[str]:
-    if kind == "conllu":
-        return conllu_blocks("\n".join(read_lines(path)))
-    return read_lines(path)
-
-
-def file_signature(path: Path) -> List:
-    stat = path.stat()
-    return [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
-
-
-class StepFolder:
-    """A temp folder in WORK for a step's outputs; `publish` renames it onto the final folder."""
-
-    def __init__(self, work: Path, name: str):
-        self.path = Path(make_staging_dir(Path(work) / name))
-
-    def publish(self, final: Path) -> None:
-        replace_dir(self.path, final)
-
-    def discard(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
-
-
-def write_json_atomic(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 # --------------------------------------------------------------------------- validation
@@ -303,184 +136,6 @@ def run_raw(config: PrepareConfig, paths: WorkPaths) -> None:
         out.discard()
 
 
-def normalise(line: str) -> str:
-    """NFKC, every kind of whitespace (tabs, no-break spaces, ...) to one space, stripped."""
-    return " ".join(unicodedata.normalize("NFKC", line).split())
-
-
-def drop_reason(src: str, tgt: str, max_len: int, max_ratio: float) -> Optional[str]:
-    """Why a training pair is dropped (None: keep). Lengths are whitespace tokens."""
-    n_src, n_tgt = len(src.split()), len(tgt.split())
-    if n_src == 0 or n_tgt == 0:
-        return "empty"
-    if n_src > max_len or n_tgt > max_len:
-        return "too_long"
-    if max(n_src, n_tgt) / min(n_src, n_tgt) > max_ratio:
-        return "length_ratio"
-    return None
-
-
-def filter_pairs(
-    pairs: Sequence[Tuple[str, str]], max_len: int, max_ratio: float, dedup: bool
-) -> Tuple[List[int], Dict[str, int]]:
-    """Indices of the training pairs to keep, and counts of what was dropped and why."""
-    kept: List[int] = []
-    counts = {"input": len(pairs), "empty": 0, "too_long": 0, "length_ratio": 0, "duplicate": 0}
-    seen = set()
-    for index, (src, tgt) in enumerate(pairs):
-        reason = drop_reason(src, tgt, max_len, max_ratio)
-        if reason is None and dedup:
-            if (src, tgt) in seen:
-                reason = "duplicate"
-            seen.add((src, tgt))
-        if reason is None:
-            kept.append(index)
-        else:
-            counts[reason] += 1
-    counts["kept"] = len(kept)
-    return kept, counts
-
-
-def clean_fingerprint(config: PrepareConfig) -> dict:
-    return {"max_len": config.max_len, "max_ratio": config.max_ratio, "dedup": config.dedup}
-
-
-def run_clean(config: PrepareConfig, paths: WorkPaths) -> Dict[str, Dict[str, int]]:
-    """Step clean: normalise, filter and deduplicate the pairs; counts per reason."""
-    out = StepFolder(paths.root, "clean")
-    report: Dict[str, Dict[str, int]] = {}
-    try:
-        for split in config.splits:
-            src = [normalise(line) for line in read_lines(paths.raw / f"{split}.{config.src_lang}")]
-            tgt = [normalise(line) for line in read_lines(paths.raw / f"{split}.{config.tgt_lang}")]
-            if split == "train":
-                kept, counts = filter_pairs(list(zip(src, tgt)), config.max_len, config.max_ratio, config.dedup)
-            else:  # valid/test are references: normalised, never dropped
-                kept, counts = list(range(len(src))), {"input": len(src), "kept": len(src)}
-            report[split] = counts
-            write_lines(out.path / f"{split}.{config.src_lang}", [src[i] for i in kept])
-            write_lines(out.path / f"{split}.{config.tgt_lang}", [tgt[i] for i in kept])
-            for kind in SIDE_FILES:
-                side_path = paths.raw / f"{split}.{kind}"
-                if side_path.exists():
-                    items = read_side_file(side_path, kind)
-                    if len(items) != len(src):
-                        raise DataPrepError(f"{side_path}: {len(items)} entries for {len(src)} sentences")
-                    write_side_file(out.path / f"{split}.{kind}", kind, [items[i] for i in kept])
-            dropped = {k: v for k, v in counts.items() if k not in ("input", "kept") and v}
-            logger.info("clean %s: kept %d of %d pairs%s", split, counts["kept"], counts["input"],
-                        f", dropped {dropped}" if dropped else "")
-        if report["train"]["kept"] == 0:
-            raise DataPrepError("clean: no training pair survived cleaning (check --max-len/--max-ratio)")
-        for f in ("lexicon.tsv",):  # synthetic corpus metadata travels with the text
-            if (paths.raw / f).exists():
-                shutil.copy2(paths.raw / f, out.path / f)
-        (out.path / "report.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        out.publish(paths.clean)
-    finally:
-        out.discard()
-    return report
-
-
-def spm_train_fingerprint(config: PrepareConfig) -> dict:
-    return {"vocab_size": config.vocab_size, "input_sentence_size": config.input_sentence_size,
-            "seed": config.seed, "model_type": "bpe"}
-
-
-def run_spm_train(config: PrepareConfig, paths: WorkPaths) -> None:
-    """Step spm: a joint sentencepiece model trained on the clean training text."""
-    import sentencepiece as spm
-
-    def sentences():
-        for lang in config.langs:
-            yield from read_lines(paths.clean / f"train.{lang}")
-
-    # Sentences and model go through Python, not file names: a model trained from files
-    # records their paths, so the same data in another work dir would give other bytes.
-    spm.set_random_generator_seed(config.seed)  # makes the sentence sampling reproducible
-    model = io.BytesIO()
-    try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=sentences(),
-            model_writer=model,
-            vocab_size=config.vocab_size,
-            model_type="bpe",
-            character_coverage=1.0,
-            input_sentence_size=config.input_sentence_size,
-            shuffle_input_sentence=True,
-            num_threads=max(1, config.workers),
-            pad_id=-1,
-            minloglevel=2,  # keep the trainer's progress chatter off stderr
-        )
-    except RuntimeError as e:
-        raise DataPrepError(f"sentencepiece training failed (--vocab-size {config.vocab_size}?): {e}") from None
-    processor = spm.SentencePieceProcessor(model_proto=model.getvalue())
-    vocab = "".join(f"{processor.id_to_piece(i)}\t{processor.get_score(i):g}\n" for i in range(processor.get_piece_size()))
-    write_bytes_atomic(paths.spm_model, model.getvalue())
-    write_text_atomic(paths.spm_vocab, vocab)
-
-
-def run_spm_encode(config: PrepareConfig, paths: WorkPaths) -> None:
-    import sentencepiece as spm
-
-    model = spm.SentencePieceProcessor(model_file=str(paths.spm_model))
-    out = StepFolder(paths.root, "spm")
-    try:
-        for split in config.splits:
-            for lang in config.langs:
-                lines = read_lines(paths.clean / f"{split}.{lang}")
-                pieces = model.encode(lines, out_type=str) if lines else []
-                write_lines(out.path / f"{split}.{lang}", [" ".join(p) for p in pieces])
-        out.publish(paths.spm)
-    finally:
-        out.discard()
-
-
-def fairseq_preprocess_command(explicit: Optional[str] = None) -> List[str]:
-    """How to call fairseq-preprocess: the given one, the one next to this python, PATH, or -m."""
-    if explicit:
-        return [explicit]
-    beside_python = Path(sys.executable).parent / "fairseq-preprocess"
-    if beside_python.is_file() and os.access(beside_python, os.X_OK):
-        return [str(beside_python)]
-    on_path = shutil.which("fairseq-preprocess")
-    if on_path:
-        return [on_path]
-    return [sys.executable, "-m", "fairseq_cli.preprocess"]
-
-
-def binarize_fingerprint(config: PrepareConfig) -> dict:
-    return {"joined_dictionary": True}
-
-
-def run_binarize(config: PrepareConfig, paths: WorkPaths) -> None:
-    """Step binarize: fairseq-preprocess with a joined dictionary (+ parses copied beside)."""
-    out = StepFolder(paths.root, "bin")
-    try:
-        command = fairseq_preprocess_command(config.fairseq_preprocess) + [
-            "--source-lang", config.src_lang, "--target-lang", config.tgt_lang,
-            "--destdir", str(out.path), "--joined-dictionary", "--workers", str(max(1, config.workers)),
-        ]
-        for split in config.splits:
-            command += [f"--{split}pref", str(paths.spm / split)]
-        logger.info("binarize: %s", " ".join(command))
-        try:
-            proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        except OSError as e:
-            raise DataPrepError(f"binarize: cannot run {command[0]}: {e}") from None
-        if proc.returncode != 0:
-            tail = "\n".join(proc.stdout.splitlines()[-20:])
-            raise DataPrepError(f"binarize: {command[0]} exited with {proc.returncode}:\n{tail}")
-        for split in config.splits:
-            for kind in SIDE_FILES:
-                side = paths.clean / f"{split}.{kind}"
-                if side.exists():
-                    shutil.copy2(side, out.path / f"{split}.{kind}")
-        out.publish(paths.bin)
-    finally:
-        out.discard()
-
-
 @dataclass(frozen=True)
 class Step:
     name: str
@@ -495,13 +150,6 @@ PIPELINE = (
     Step("spm_encode", lambda config: {}, run_spm_encode),
     Step("binarize", binarize_fingerprint, run_binarize),
 )
-
-
-def read_marker(path: Path) -> Optional[dict]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 # --------------------------------------------------------------------------- driver
