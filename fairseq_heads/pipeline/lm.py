@@ -116,7 +116,7 @@ class LmSteps:
     def device(self) -> List[str]:
         return ["--cpu"] if self.c.cpu else []
 
-    def model_options(self) -> List[str]:
+    def model_options(self, gate_adam: bool = False) -> List[str]:
         m, t = self.c.model, self.c.train
         options = ["--user-dir", self.user_dir, "--task", "language_modeling_heads", "--arch", "gated_llama",
                    "--decoder-layers", m.layers, "--decoder-embed-dim", m.dim, "--decoder-ffn-embed-dim", m.ffn,
@@ -126,8 +126,11 @@ class LmSteps:
                    "--weight-decay", t.weight_decay, "--clip-norm", t.clip_norm, "--seed", t.seed,
                    "--num-workers", "0", "--log-format", "json", "--log-interval", 50, "--no-progress-bar",
                    "--no-epoch-checkpoints"]
-        # fp16 with fp32 master weights, unflattened: gate_adam must see the gates apart (optim/gate_adam.py)
-        return options + self.device() + (["--fp16", "--fp16-no-flatten-grads"] if t.fp16 else [])
+        # fp16 with fp32 master weights; unflattened for gate_adam, which must see the gates apart
+        # (optim/gate_adam.py); flat for plain Adam, one master tensor instead of a loop over them
+        if not t.fp16:
+            return options + self.device()
+        return options + self.device() + ["--fp16"] + (["--fp16-no-flatten-grads"] if gate_adam else [])
 
     def baseline_checkpoint(self, context: StepContext) -> str:
         return context.path(f"models/baseline{self.suffix}/checkpoint_best.pt")
@@ -197,7 +200,7 @@ class LmSteps:
     def l0_command(self, lam: float):
         def command(context: StepContext) -> List[str]:
             l0 = self.c.l0
-            options = self.model_options() + [
+            options = self.model_options(gate_adam=True) + [
                 "--finetune-from-model", self.baseline_checkpoint(context),
                 "--criterion", "cross_entropy_l0", "--l0-lambda", lam, "--optimizer", "gate_adam",
                 "--lr", l0.lr, "--gate-lr-scale", l0.gate_lr_scale, "--lr-scheduler", "fixed",

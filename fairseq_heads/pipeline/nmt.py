@@ -27,7 +27,7 @@ from typing import List, Tuple
 from .config import settings_except
 from .fairseq_steps import generate, run_fairseq_heads, train_argv, training_summary
 from .nmt_config import (ALL_TYPES, BASELINE_CHECKPOINT, L0, Curve, Data, Generate, Model, Stats, Syntax,
-                         Train, l0_settings, lambda_name)
+                         Train, l0_settings, lambda_name, train_settings)
 from .nmt_converged import Converged, converged_steps
 from .runner import Step, StepContext
 
@@ -71,7 +71,7 @@ class NmtSteps:
     def common(self) -> List[str]:
         c = self.c
         options = ["--user-dir", self.user_dir, "--task", "translation_heads",
-                   "-s", c.data.src, "-t", c.data.tgt, "--num-workers", "0"]
+                   "-s", c.data.src, "-t", c.data.tgt, "--num-workers", c.train.num_workers]
         return options + (["--cpu"] if c.cpu else [])
 
     def size(self) -> List[str]:
@@ -82,7 +82,7 @@ class NmtSteps:
                 "--encoder-attention-heads", m.heads, "--decoder-attention-heads", m.heads,
                 "--share-all-embeddings"]
 
-    def training(self, max_tokens: int, seed: int = 0) -> List[str]:
+    def training(self, max_tokens: int, seed: int = 0, gate_adam: bool = False) -> List[str]:
         t = self.c.train
         options = ["--dropout", t.dropout, "--label-smoothing", t.label_smoothing,
                    "--max-tokens", max_tokens, "--adam-betas", "(0.9,0.98)", "--seed", seed or t.seed,
@@ -90,9 +90,14 @@ class NmtSteps:
                    "--skip-invalid-size-inputs-valid-test",
                    "--log-format", "json", "--log-interval", 50, "--no-progress-bar",
                    "--no-epoch-checkpoints"]
-        # fp16 with fp32 master weights, unflattened: gate_adam must see the gates apart from
-        # the weights (optim/gate_adam.py). Not bf16: fairseq 0.12 ties --bf16 to TPUs.
-        return options + (["--fp16", "--fp16-no-flatten-grads"] if t.fp16 else [])
+        if t.seq_len_multiple > 1:
+            options += ["--required-seq-len-multiple", t.seq_len_multiple]
+        # fp16 with fp32 master weights; unflattened for gate_adam, which must see the gates apart
+        # from the weights (optim/gate_adam.py); a plain model's one flat master tensor saves an
+        # optimizer loop over every parameter. Not bf16: fairseq 0.12 ties --bf16 to TPUs.
+        if not t.fp16:
+            return options
+        return options + ["--fp16"] + (["--fp16-no-flatten-grads"] if gate_adam else [])
 
     # ------------------------------------------------------------------ the steps
     def steps(self) -> List[Step]:
@@ -100,7 +105,7 @@ class NmtSteps:
         steps = [
             Step("data", "data", _asdict(c.data), call=self.run_data),
             Step(f"baseline{s}", f"models/baseline{s}",
-                 {"model": _asdict(c.model), "train": _asdict(c.train), "fp16": c.train.fp16},
+                 {"model": _asdict(c.model), "train": train_settings(c.train), "fp16": c.train.fp16},
                  inputs=("data",), command=self.train_baseline, resumable=True),
             self.bleu_step(f"baseline{s}", "baseline", None),
             Step(f"stats{s}", f"stats/baseline{s}", _asdict(c.stats),
@@ -125,7 +130,7 @@ class NmtSteps:
                 continue
             name = f"{side}_l0_{lambda_name(lam)}{s}"
             steps.append(Step(name, f"models/{name}", {"l0": l0_settings(c.l0), "side": side, "lambda": lam,
-                                                       "size": _asdict(c.model), "train": _asdict(c.train)},
+                                                       "size": _asdict(c.model), "train": train_settings(c.train)},
                               inputs=("data", f"baseline{s}"), command=self.l0_command(side, lam),
                               resumable=True))
             steps.append(self.bleu_step(name, "encoder_l0" if side == "enc" else "all_l0", lam,
@@ -173,7 +178,7 @@ class NmtSteps:
         def command(context: StepContext) -> List[str]:
             l0, s = self.c.l0, self.suffix
             types, extra = ("enc-self", ["--freeze-decoder"]) if side == "enc" else (ALL_TYPES, [])
-            options = self.common() + self.size() + self.training(self.c.train.max_tokens) + [
+            options = self.common() + self.size() + self.training(self.c.train.max_tokens, gate_adam=True) + [
                 "--arch", "gated_transformer", "--gated-attention", types, *extra,
                 "--finetune-from-model", context.path(f"models/baseline{s}/{BASELINE_CHECKPOINT}"),
                 "--criterion", "label_smoothed_cross_entropy_l0", "--l0-lambda", lam,

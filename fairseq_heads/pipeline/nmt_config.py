@@ -52,6 +52,11 @@ class Train:
     label_smoothing: float = 0.1
     fp16: bool = False
     seed: int = 1
+    # batches padded to a multiple of this many positions: fewer distinct shapes, whose first
+    # use is what made the first epoch on the GPU twice as slow as the next (docs/results/
+    # europarl_en_it_base_gpu_a1)
+    seq_len_multiple: int = 1
+    num_workers: int = 0        # fairseq's data-loading processes; not part of any step's key
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,11 @@ class Curve:
     metrics: Tuple[str, ...] = ("grad", "confidence")
     steps: Tuple[int, ...] = (0, 2, 4, 6)
     types: str = "enc-self"
+
+
+def train_settings(train: Train) -> dict:
+    """What a training depends on: not how many processes load its batches."""
+    return settings_except(train, "num_workers")
 
 
 def l0_settings(l0: L0) -> dict:

@@ -29,7 +29,7 @@ import torch
 
 from .config import settings_except
 from .fairseq_steps import run_fairseq_heads, train_argv
-from .nmt_config import ALL_TYPES, BASELINE_CHECKPOINT, l0_settings, lambda_name
+from .nmt_config import ALL_TYPES, BASELINE_CHECKPOINT, l0_settings, lambda_name, train_settings
 from .runner import Step, StepContext
 
 
@@ -69,12 +69,12 @@ def converged_steps(nmt, side: str, lam: float, seed: int) -> List[Step]:
     kind, types, extra = (("encoder_l0", "enc-self", ["--freeze-decoder"]) if side == "enc"
                           else ("all_l0", ALL_TYPES, []))
     mask = f"masks/{name}/head_mask.json"
-    settings = {"model": asdict(c.model), "train": asdict(c.train), "l0": l0_settings(c.l0),
+    settings = {"model": asdict(c.model), "train": train_settings(c.train), "l0": l0_settings(c.l0),
                 "converged": protocol_settings(v), "side": side, "lambda": lam, "seed": seed}
 
     def gated(context: StepContext) -> List[object]:
         l0 = c.l0
-        return nmt.common() + nmt.size() + nmt.training(c.train.max_tokens, seed) + [
+        return nmt.common() + nmt.size() + nmt.training(c.train.max_tokens, seed, gate_adam=True) + [
             "--arch", "gated_transformer", "--gated-attention", types, *extra,
             "--optimizer", "gate_adam", "--lr", l0.lr, "--gate-lr-scale", l0.gate_lr_scale,
             "--lr-scheduler", "fixed", "--save-dir", context.out, *validations(v),
@@ -176,7 +176,7 @@ def heuristic_steps(nmt, l0_name: str, metric: str, seed: int, gated) -> List[St
             "--head-mask", context.path(mask), "--criterion", "label_smoothed_cross_entropy",
             "--max-update", v.fixed_mask_max_updates, "--patience", v.patience])
 
-    settings = {"model": asdict(c.model), "train": asdict(c.train), "converged": protocol_settings(v),
+    settings = {"model": asdict(c.model), "train": train_settings(c.train), "converged": protocol_settings(v),
                 "seed": seed, "metric": metric}
     return [
         Step(f"mask_{name}", f"masks/{name}", {"metric": metric},
@@ -204,7 +204,7 @@ def scratch_steps(nmt, name: str, lam: float, seed: int, mask: str) -> List[Step
             "--max-update", v.scratch_max_updates, "--patience", v.patience, *validations(v),
             "--validation-trace", os.path.join(context.out, "validations.jsonl")])
 
-    settings = {"model": asdict(c.model), "train": asdict(t), "converged": protocol_settings(v), "seed": seed}
+    settings = {"model": asdict(c.model), "train": train_settings(t), "converged": protocol_settings(v), "seed": seed}
     return [
         Step(scratch, f"models/{scratch}", settings, inputs=("data", f"mask_{name}"), command=train,
              resumable=True),

@@ -86,7 +86,7 @@ class ThroughputSteps:
     def train_command(self, variant: str):
         def command(context: StepContext) -> List[str]:
             n, t = self.nmt, self.c.nmt.train
-            options = n.common() + n.size() + n.training(t.max_tokens) + [
+            options = n.common() + n.size() + n.training(t.max_tokens, gate_adam=variant != "plain") + [
                 "--lr", t.lr, "--lr-scheduler", "inverse_sqrt", "--warmup-updates", t.warmup,
                 "--max-update", self.c.bench.updates, "--disable-validation", "--save-dir", context.out,
                 "--save-interval-updates", 0]
