@@ -16,6 +16,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ..stats.table import merge_head_statistics, read_csv_rows
 from . import figures, layout, tables
+from .baseline_seeds import baseline_seed_table
 from .michel import michel_comparison_table
 from .model_result import ResultError, parse_generate_output
 from .tables import MissingInput, Table
@@ -169,6 +170,14 @@ def _michel_comparison(inputs: Inputs) -> List[Tuple[str, Table]]:
         return [(f"{title}: not computed ({missing})", Table([], []))]
 
 
+def _baseline_seeds(inputs: Inputs) -> List[Tuple[str, Table]]:
+    """The spread over baselines of several seeds, where the folder has them (else no table)."""
+    try:
+        return [("The same models over baseline seeds (a baseline each)", baseline_seed_table(inputs.results))]
+    except MissingInput:
+        return []
+
+
 def _encoder_section(inputs: Inputs, draw: Callable) -> Section:
     shown = tables.headline(inputs.results)
     table = tables.encoder_pruning_table(inputs.results, inputs.curve, inputs.curves)
@@ -178,7 +187,7 @@ def _encoder_section(inputs: Inputs, draw: Callable) -> Section:
                 tables.encoder_sweep_points(shown), curve, more_curves=more)
     return Section("1. Encoder heads: BLEU against heads kept (L0 sweep, decoder frozen) and "
                    "heuristic pruning", [("", table), _differences(inputs, [layout.ENCODER_L0])]
-                   + _michel_comparison(inputs),
+                   + _michel_comparison(inputs) + _baseline_seeds(inputs),
                    [("BLEU against encoder heads kept", name)])
 
 
