@@ -24,13 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..gating.gated_attention import (
-    GatedMultiheadAttention,
-    gate_columns,
-    gate_heads,
-    is_causal_mask,
-    split_heads,
-)
+from ..gating.attention_tensors import gate_columns, gate_heads, is_causal_mask, split_heads
+from ..gating.gated_attention import GatedMultiheadAttention
 from ..gating.hard_concrete import HardConcreteGate
 from .llama_layers import apply_rotary, rotary_cos_sin
 

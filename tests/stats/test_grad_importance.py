@@ -5,7 +5,7 @@ import torch
 from fairseq_heads.stats.capture import capture_heads, python_attention_path
 from fairseq_heads.stats.metrics.grad import gradient_importance, normalise_layers_l2
 from fairseq_heads.stats.metrics.lrp import per_head_grad_products, reference_nll
-from fairseq_heads.gating.gated_attention import scale_heads
+from fairseq_heads.gating.attention_tensors import scale_heads
 from fairseq_heads.heads import iter_attention
 from tests.core.helpers import build_model, random_batch, write_dictionaries
 
