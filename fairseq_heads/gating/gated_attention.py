@@ -126,7 +126,7 @@ class GatedMultiheadAttention(MultiheadAttention):
         decoding steps the gate's tiny ops and the gating of W each cost ~5% of a block.)"""
         gate = self.gate
         alpha = gate.log_alpha
-        if (gate.training or gate.open_rule is not None or gate.fixed_mask is not None
+        if (gate.training or gate.top_k_group is not None or gate.fixed_mask is not None
                 or (alpha.requires_grad and torch.is_grad_enabled())):
             return gate(), False
         cached = self._eval_gate_cache

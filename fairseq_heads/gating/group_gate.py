@@ -69,8 +69,8 @@ class GroupGate(HardConcreteGate):
     def is_open(self) -> Tensor:
         if self.fixed_mask is not None:
             return self.fixed_mask > 0
-        if self.open_rule is not None:
-            return self.per_head(self.open_rule(self))
+        if self.top_k_group is not None:
+            return self.per_head(self.top_k_group.open_mask(self))
         return self.per_head(deterministic_gates(self.log_alpha, self.low, self.high) > 0)
 
     def extra_repr(self) -> str:

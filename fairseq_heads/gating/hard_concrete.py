@@ -7,7 +7,8 @@ A gate z is drawn as
 with stretch (low, high) = (-0.1, 1.1) so that z is exactly 0 or 1 with non-zero probability.
 """
 import math
-from typing import Callable, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -74,6 +75,39 @@ def is_gate_parameter(parameter: Tensor) -> bool:
     return getattr(parameter, "param_group", None) == GATE_PARAM_GROUP
 
 
+def top_k_mask(scores: Tensor, k: int) -> Tensor:
+    """Bool mask of the k largest scores; ties go to the earlier position (stable sort)."""
+    order = torch.sort(scores, descending=True, stable=True).indices
+    mask = torch.zeros_like(scores, dtype=torch.bool)
+    mask[order[:k]] = True
+    return mask
+
+
+def group_top_k(log_alphas: List[Tensor], k: int) -> List[Tensor]:
+    """The top-K rule of one target group: the k largest log-alphas over the group's gates (in
+    model order) are open; one bool mask per gate."""
+    return list(top_k_mask(torch.cat(log_alphas), k).split([a.numel() for a in log_alphas]))
+
+
+@dataclass(eq=False)
+class TopKGroup:
+    """The gates of one head-target group (head_target.py) and its K: between them, the K
+    largest log-alphas are open. A gate that follows it holds it as `top_k_group`.
+
+    The decision is recomputed on every call (a sort of at most a few hundred log-alphas):
+    fairseq's optimizers write parameters through `.data`, which no version counter sees, so a
+    cached decision could go stale."""
+
+    name: str  # "all" or an attention type
+    k: int
+    gates: List["HardConcreteGate"]  # in model order
+
+    def open_mask(self, gate: "HardConcreteGate") -> Tensor:
+        """`gate`'s heads (one per gate entry) that the top-K keeps."""
+        masks = group_top_k([g.log_alpha.detach() for g in self.gates], self.k)
+        return masks[next(i for i, g in enumerate(self.gates) if g is gate)]
+
+
 class HardConcreteGate(nn.Module):
     """One trainable gate per head.
 
@@ -91,9 +125,11 @@ class HardConcreteGate(nn.Module):
         self.log_alpha = mark_gate_parameter(nn.Parameter(torch.full((num_gates,), float(init_log_alpha))))
         # Not persistent: a mask is a property of how the model is used, not of its weights.
         self.register_buffer("fixed_mask", None, persistent=False)
-        # The open/closed decision under a head target (gating/head_target.py), gate -> bool
-        # mask; None: the plain rule (deterministic gate > 0). Python only, never scripted.
-        self.open_rule: Optional[Callable[["HardConcreteGate"], Tensor]] = None
+        # The head-keeping rule this gate follows: None, the plain rule (deterministic gate > 0),
+        # or a head target's TopKGroup; set by `follow_top_k` / `follow_plain_rule`
+        # (head_target.install_head_target). Python only, never scripted (so not annotated:
+        # TorchScript would try to compile the dataclass an annotation names).
+        self.top_k_group = None
 
     @property
     def num_gates(self) -> int:
@@ -107,6 +143,22 @@ class HardConcreteGate(nn.Module):
 
     def unfix(self) -> None:
         self.fixed_mask = None
+
+    def follow_top_k(self, group: TopKGroup) -> None:
+        """Keep this gate's heads by its group's top-K from now on (eval-mode values and
+        `is_open`); training mode is unchanged (fresh samples)."""
+        self.top_k_group = group
+
+    def follow_plain_rule(self) -> None:
+        """Keep a head when its deterministic gate is > 0 (the default)."""
+        self.top_k_group = None
+
+    @property
+    def keep_rule(self) -> str:
+        """The head-keeping rule this gate follows, in words (shown by the module's repr)."""
+        if self.top_k_group is None:
+            return "deterministic gate > 0"
+        return f"top-{self.top_k_group.k} of {self.top_k_group.name}"
 
     def keep_only(self, gates: List[int]) -> None:
         """Keep the gates at these indices, in this order (physical head pruning)."""
@@ -122,8 +174,8 @@ class HardConcreteGate(nn.Module):
         if self.training:
             return sample_gates(self.log_alpha, self.temperature, self.low, self.high)
         gates = deterministic_gates(self.log_alpha, self.low, self.high)
-        if not torch.jit.is_scripting() and self.open_rule is not None:
-            gates = gates * self.open_rule(self).to(gates.dtype)  # closed by the target: 0
+        if not torch.jit.is_scripting() and self.top_k_group is not None:
+            gates = gates * self.top_k_group.open_mask(self).to(gates.dtype)  # closed by the target: 0
         return gates
 
     def expected_l0(self) -> Tensor:
@@ -146,9 +198,10 @@ class HardConcreteGate(nn.Module):
         head target, when the target's top-K rule keeps it (head_target.py)."""
         if self.fixed_mask is not None:
             return self.fixed_mask > 0
-        if self.open_rule is not None:
-            return self.open_rule(self)
+        if self.top_k_group is not None:
+            return self.top_k_group.open_mask(self)
         return deterministic_gates(self.log_alpha, self.low, self.high) > 0
 
     def extra_repr(self) -> str:
-        return f"num_gates={self.num_gates}, temperature={self.temperature:.4g}, stretch=({self.low}, {self.high})"
+        return (f"num_gates={self.num_gates}, temperature={self.temperature:.4g}, "
+                f"stretch=({self.low}, {self.high}), keep_rule={self.keep_rule}")

@@ -11,9 +11,14 @@ The head-keeping rule, in one place:
   such a gate's value is its deterministic gate times that 0/1 decision.
 
 `head_masks.head_mask_from_gates`, `open_heads_per_type` and `fairseq-heads prune --from-gates`
-all ask `gate.is_open()`, so they all follow this rule; a targeted gate's `open_rule` is its
-group's `HeadBudget`. `fairseq-heads gates` applies the same rule to a checkpoint's raw
-log-alphas (`heads_kept`), without building a model.
+all ask `gate.is_open()`, so they all follow this rule. Which rule a gate follows is its own,
+visible state: `gate.top_k_group`, its group's `TopKGroup` (None: the plain rule), set by
+`install_head_target` / `remove_head_target` through the gate's `follow_top_k` /
+`follow_plain_rule`. The target itself is the model's `head_target_record` (a buffer in the
+state dict, attached by the models' build_model); each gated model's `load_state_dict` ends
+with `follow_recorded_target`, so a loaded checkpoint's gates follow what it recorded.
+`fairseq-heads gates` applies the same rule to a checkpoint's raw log-alphas (`heads_kept`),
+without building a model.
 
 A target is "10" (all gated heads together) or "enc-self:10,enc-dec:20" (per attention type;
 gated types not named are not constrained and follow the plain rule).
@@ -23,10 +28,9 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from .gated_attention import GatedMultiheadAttention
-
 from ..heads import ATTENTION_TYPES, iter_attention
-from .hard_concrete import HardConcreteGate, deterministic_gates
+from .gated_attention import GatedMultiheadAttention
+from .hard_concrete import HardConcreteGate, TopKGroup, deterministic_gates, group_top_k
 
 ALL_HEADS = "all"  # the group of a total target
 TARGET_SLOTS = (ALL_HEADS,) + ATTENTION_TYPES  # the groups a HeadTargetRecord can hold
@@ -73,20 +77,6 @@ def gate_groups(model: nn.Module, groups) -> Dict[str, List[Tuple[str, int, Hard
     return {g: [x for x in gated if g == ALL_HEADS or x[0] == g] for g in groups}
 
 
-def top_k_mask(scores: Tensor, k: int) -> Tensor:
-    """Bool mask of the k largest scores; ties go to the earlier position (stable sort)."""
-    order = torch.sort(scores, descending=True, stable=True).indices
-    mask = torch.zeros_like(scores, dtype=torch.bool)
-    mask[order[:k]] = True
-    return mask
-
-
-def group_top_k(log_alphas: List[Tensor], k: int) -> List[Tensor]:
-    """The top-K rule of one target group: the k largest log-alphas over the group's gates (in
-    model order) are open; one bool mask per gate."""
-    return list(top_k_mask(torch.cat(log_alphas), k).split([a.numel() for a in log_alphas]))
-
-
 def heads_kept(gates: List[Tuple[str, Tensor]], target: Optional[Dict[str, int]],
                low: float, high: float) -> List[Tensor]:
     """The head-keeping rule (module doc) on raw log-alphas, one (type, log_alpha) per gated
@@ -104,21 +94,6 @@ def target_from_counts(counts: List[int]) -> Optional[Dict[str, int]]:
     """A HeadTargetRecord's buffer (one count per TARGET_SLOTS entry, -1 = none) -> the target."""
     target = {slot: k for slot, k in zip(TARGET_SLOTS, counts) if k >= 0}
     return target or None
-
-
-class HeadBudget:
-    """The top-K decision for the gates of one group (each gate's `open_rule`).
-
-    Recomputed on every call (a sort of at most a few hundred log-alphas): fairseq's optimizers
-    write parameters through `.data`, which no version counter sees, so a cache could go stale.
-    """
-
-    def __init__(self, gates: List[HardConcreteGate], k: int):
-        self.gates, self.k = gates, k
-
-    def open_mask(self, gate: HardConcreteGate) -> Tensor:
-        masks = group_top_k([g.log_alpha.detach() for g in self.gates], self.k)
-        return masks[next(i for i, g in enumerate(self.gates) if g is gate)]
 
 
 class HeadTargetRecord(nn.Module):
@@ -149,21 +124,22 @@ def _unwrap(model: nn.Module) -> nn.Module:
     return getattr(model, "module", model)
 
 
-def _install_recorded_target(model: nn.Module, incompatible_keys=None) -> None:
-    """Load-state-dict post-hook: make the gates follow the target the checkpoint recorded."""
-    target = model.head_target_record.target()
+def attach_head_target_record(model: nn.Module) -> None:
+    """Give a model the record of its head target (the models' build_model do, once)."""
+    model = _unwrap(model)
+    if not hasattr(model, "head_target_record"):
+        model.head_target_record = HeadTargetRecord().to(next(model.parameters()).device)
+
+
+def follow_recorded_target(model: nn.Module) -> None:
+    """Make the gates follow the target the model's record holds: the last step of each gated
+    model's `load_state_dict`, so a checkpoint of a --target-heads run keeps its top-K rule."""
+    record = getattr(_unwrap(model), "head_target_record", None)
+    target = record.target() if record is not None else None
     if target is None:
         remove_head_target(model)
     else:
         install_head_target(model, format_head_target(target))
-
-
-def attach_head_target_record(model: nn.Module) -> None:
-    """Give a model the record (done by gated_transformer.build_model, via apply_head_layout)."""
-    model = _unwrap(model)
-    if not hasattr(model, "head_target_record"):
-        model.head_target_record = HeadTargetRecord().to(next(model.parameters()).device)
-        model.register_load_state_dict_post_hook(_install_recorded_target)
 
 
 def _record(model: nn.Module, target: Optional[Dict[str, int]]) -> None:
@@ -176,7 +152,7 @@ def remove_head_target(model: nn.Module) -> None:
     """Back to the plain rule: every gate open when its deterministic gate is > 0."""
     for module in model.modules():
         if isinstance(module, HardConcreteGate):
-            module.open_rule = None
+            module.follow_plain_rule()
     _record(model, None)
 
 
@@ -195,9 +171,9 @@ def install_head_target(model: nn.Module, spec: str) -> Dict[str, int]:
                                   f"{available} gated heads")
     remove_head_target(model)
     for group, members in groups.items():
-        budget = HeadBudget([gate for _, _, gate in members], target[group])
+        top_k = TopKGroup(group, target[group], [gate for _, _, gate in members])
         for _, _, gate in members:
-            gate.open_rule = budget.open_mask  # training mode is unchanged (fresh samples)
+            gate.follow_top_k(top_k)
     attach_head_target_record(model)
     _record(model, target)
     return target
@@ -207,7 +183,7 @@ def installed_head_target(model: nn.Module) -> Optional[str]:
     """The target the model's gates follow (None: the plain deterministic-gate rule)."""
     record = getattr(_unwrap(model), "head_target_record", None)
     target = record.target() if record is not None else None
-    if target is None or not any(isinstance(m, HardConcreteGate) and m.open_rule is not None
+    if target is None or not any(isinstance(m, HardConcreteGate) and m.top_k_group is not None
                                  for m in model.modules()):
         return None
     return format_head_target(target)

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from ..gating.group_gate import GroupGate
 from ..gating.hard_concrete import HardConcreteGate
+from ..gating.head_target import attach_head_target_record, follow_recorded_target
 from .gated_transformer import freeze_parameters, parse_attention_types
 from .gated_transformer_lm import GatedTransformerLanguageModelConfig, lm_gate_defaults
 from .head_layout import apply_head_layout
@@ -165,9 +166,15 @@ class GatedLlamaLanguageModel(TransformerLanguageModel):
         nn.init.normal_(embed_tokens.weight, std=0.02)
         decoder = LlamaDecoder(args, dictionary, embed_tokens)
         model = cls(decoder)
-        model = apply_head_layout(model, args)  # a pruned checkpoint's shapes; the target record
+        model = apply_head_layout(model, args)  # a pruned checkpoint's shapes
+        attach_head_target_record(model)  # where a --target-heads run keeps its target
         freeze_parameters(model, args)
         return model
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        loaded = super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        follow_recorded_target(self)  # the gates follow the head target the weights recorded
+        return loaded
 
 
 LLAMA_DEFAULTS = dict(decoder_embed_dim=512, decoder_ffn_embed_dim=1376, decoder_layers=8,

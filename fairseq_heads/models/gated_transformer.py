@@ -23,6 +23,7 @@ from torch import nn
 from ..gating.gated_attention import GatedMultiheadAttention, iter_gates
 from ..heads import ATTENTION_TYPES, iter_attention
 from ..gating.hard_concrete import HardConcreteGate
+from ..gating.head_target import attach_head_target_record, follow_recorded_target
 from .gate_options import add_gate_args, gate_defaults
 from .head_layout import apply_head_layout
 
@@ -92,9 +93,11 @@ class HeadCountMismatchError(SystemExit):
 def gate_built_model(model: nn.Module, args) -> nn.Module:
     """What every gated model adds to its plain parent's build_model: the gates, then (physical
     pruning, fairseq_heads/pruning) a pruned checkpoint's smaller attention blocks, rebuilt
-    before fairseq loads its state dict, and the top-K head rule of a --target-heads run
-    (model options head_layout / head_target), then --train-gates-only / --freeze-decoder."""
+    before fairseq loads its state dict (model option head_layout), the record of a
+    --target-heads run's target (its state dict keeps it: gating/head_target.py), then
+    --train-gates-only / --freeze-decoder."""
     model = apply_head_layout(add_gates(model, args), args)
+    attach_head_target_record(model)
     freeze_parameters(model, args)
     return model
 
@@ -143,7 +146,9 @@ class GatedTransformerModel(TransformerModel):
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         check_plain_checkpoint_heads(self, state_dict)
-        return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        loaded = super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        follow_recorded_target(self)  # the gates follow the head target the weights recorded
+        return loaded
 
 
 def gated_base_architecture(args):

@@ -10,6 +10,7 @@ import dataclasses
 from fairseq.models import register_model
 from fairseq.models.transformer_lm import TransformerLanguageModel, TransformerLanguageModelConfig
 
+from ..gating.head_target import follow_recorded_target
 from .gate_options import gate_fields
 from .gated_transformer import (
     check_plain_checkpoint_heads,
@@ -38,7 +39,9 @@ class GatedTransformerLanguageModel(TransformerLanguageModel):
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         check_plain_checkpoint_heads(self, state_dict)
-        return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        loaded = super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        follow_recorded_target(self)  # the gates follow the head target the weights recorded
+        return loaded
 
 
 def lm_gate_defaults(args) -> None:

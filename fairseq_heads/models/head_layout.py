@@ -20,7 +20,6 @@ from torch import Tensor, nn
 
 from ..gating.gated_attention import GatedMultiheadAttention
 from ..gating.hard_concrete import HardConcreteGate, mark_gate_parameter
-from ..gating.head_target import attach_head_target_record
 from ..heads import ATTENTION_TYPES, iter_attention
 
 HeadLayout = Dict[str, List[List[int]]]  # type -> per layer, original indices of kept heads
@@ -147,8 +146,7 @@ def apply_head_layout(model: nn.Module, args) -> nn.Module:
 
     Called by `gated_transformer.gate_built_model` (both models' build_model) so that
     fairseq's CLIs can load pruned state dicts: the weights that survive slicing here are
-    overwritten by the checkpoint's. Also attaches the head-target record (head_target.py),
-    restored with the state dict.
+    overwritten by the checkpoint's.
     """
     text = getattr(args, "head_layout", None)
     if text:
@@ -166,5 +164,4 @@ def apply_head_layout(model: nn.Module, args) -> nn.Module:
             # heads of these query heads' groups (models/llama_attention.py)
             prune_attention_heads(attention, kept)
             attention.kept_heads = list(kept)
-    attach_head_target_record(model)  # where a --target-heads run keeps its target
     return model

@@ -10,7 +10,7 @@ from typing import Dict, List, Mapping, NamedTuple
 import torch
 from torch import nn
 
-from ..gating.head_target import top_k_mask
+from ..gating.hard_concrete import top_k_mask
 from ..heads import iter_attention
 from .physical import HeadPruningError
 

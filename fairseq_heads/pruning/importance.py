@@ -12,7 +12,7 @@ from typing import Collection, Dict, List, Mapping, Optional, Tuple
 import torch
 
 from ..heads import ATTENTION_TYPES
-from ..gating.head_target import top_k_mask
+from ..gating.hard_concrete import top_k_mask
 from ..stats.table import KEY_COLUMNS, iter_csv, parse_number
 from .physical import HeadPruningError
 

@@ -62,7 +62,12 @@ def test_target_survives_a_state_dict_round_trip(tmp_path):
     assert installed_head_target(fresh) is None
     fresh.load_state_dict(model.state_dict(), strict=True)
     assert installed_head_target(fresh) == "7"
+    # the rule each gate follows is its own state, set by the model's load_state_dict
+    assert {gate.keep_rule for _, _, gate in iter_gates(fresh)} == {"top-7 of all"}
+    assert "keep_rule=top-7 of all" in repr(next(iter_gates(fresh))[2])
     assert sum(int(m.sum()) for m in head_mask_from_gates(fresh.eval()).values()) == 7
+    fresh.load_state_dict(gated_model(tmp_path).state_dict(), strict=True)  # no target recorded
+    assert {gate.keep_rule for _, _, gate in iter_gates(fresh)} == {"deterministic gate > 0"}
 
 
 def test_target_larger_than_the_gated_heads_is_an_error(tmp_path):
