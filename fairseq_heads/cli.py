@@ -58,6 +58,8 @@ SUBCOMMANDS = [
      "tables.md, figures and report.html from a recipe's results folder"),
     ("recipe", "pipeline.command", "add_arguments", "run",
      "run a recipe's steps (data, training, BLEU, statistics, pruning, report), resumably"),
+    ("publish", "pipeline.publish", "add_arguments", "run",
+     "copy a recipe's committed results (pack.py's subset) into a docs folder, or --merge them into it"),
 ]
 
 

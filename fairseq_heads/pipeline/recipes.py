@@ -19,6 +19,8 @@ from dataclasses import replace
 from typing import Dict
 
 from .lm import LmCurve, LmData, LmL0, LmModel, LmRecipe, LmStats, LmTrain
+from .lm_english import LmEnglishRecipe, TextData
+from .llama_toy import LlamaToyRecipe
 from .nmt import NmtRecipe
 from .nmt_config import L0, Curve, Data, Generate, Model, Stats, Syntax, Train
 from .nmt_converged import Converged
@@ -157,6 +159,31 @@ DEMO = SweepRecipe(
     curve=Curve(metrics=()),
 )
 
+# docs/results/lm_english*: fairseq's transformer_lm (gated, every gate open for the baseline) on
+# nine novels (gutenberg_en; valid Frankenstein, test Sherlock Holmes), 3 layers x 8 heads of 32,
+# T=256, PUD English for the syntactic heads; `toy`: the toy grammar, one λ's layout from scratch.
+LM_ENGLISH_TOY = LmEnglishRecipe(name="lm_english_toy", l0=LmL0(control=False), model=LmModel(kv_heads=4),
+                                 curve=LmCurve(metrics=("lrp", "grad", "confidence")), scratch_lambdas=(0.5,))
+
+# docs/llama.md: gated_llama_tiny's size on the toy grammar; an L0 fine-tune with a gate per KV
+# group that keeps 2 groups, pruning by group and by query head, the Hugging Face round trip.
+LLAMA_TOY = LlamaToyRecipe(name="llama_toy", model=LmModel(dim=64, ffn=128), train=LmTrain(max_update=60),
+                           l0=LmL0(lambdas=(0.05,), control=False, updates=30, lr=1e-3, gate_lr_scale=100.0),
+                           curve=LmCurve(metrics=("lrp",), steps=(0, 1, 2, 3)))
+LM_ENGLISH_CPU = LmEnglishRecipe(
+    name="lm_english",
+    data=TextData(corpus="gutenberg", source="gutenberg_en", vocab_size=8000),
+    model=LmModel(layers=3, dim=256, heads=8, kv_heads=8, ffn=1024, context=256),
+    train=LmTrain(max_tokens=4096, lr=1e-3, warmup=200, max_update=2000),
+    # Adam moves a gate by up to lr x scale = 0.1 in log-alpha per update: within 100 updates an
+    # open gate can close where the penalty keeps winning (at 0.03 none closed in 150 updates)
+    l0=LmL0(lambdas=(0.005, 0.02, 0.08), control=False, updates=100, lr=1e-4, gate_lr_scale=1000.0,
+            trace_interval=25),
+    stats=LmStats(subset="valid", bootstrap_replicates=200, induction_lengths="8,16", induction_probes=16),
+    curve=LmCurve(metrics=("lrp", "grad", "confidence"), steps=(0, 8, 16, 24)),
+    pud_conllu="ud_pud/en_pud-ud-test.conllu.gz",
+)
+
 RECIPES: Dict[str, Dict[str, object]] = {
     "europarl_en_it": {"toy": TOY, "gpu": EUROPARL_BASE_GPU},
     # experiment (c): the Transformer-base of (a) on its data, 300 updates per training run
@@ -168,17 +195,23 @@ RECIPES: Dict[str, Dict[str, object]] = {
     "multi30k_en_de": {"converged": MULTI30K_CONVERGED, "cpu": MULTI30K_CPU, "toy": SWEEP_TOY},
     "wmt_en_ru": {"base": WMT_EN_RU_BASE, "toy": SWEEP_TOY},
     "demo": {"toy": DEMO},
+    "lm_english": {"cpu": LM_ENGLISH_CPU, "toy": LM_ENGLISH_TOY},
+    "llama_toy": {"toy": LLAMA_TOY},
 }
 
 
 def recipe_steps(config, data_root: str, user_dir: str):
     """The steps of a recipe's config: the translation or the language-model pipeline."""
     from .lm import LmSteps
+    from .lm_english import LmEnglishSteps
+    from .llama_toy import LlamaToySteps
     from .nmt import NmtSteps
     from .nmt_sweep import SweepSteps
     from .throughput import ThroughputSteps
 
-    builder = (LmSteps if isinstance(config, LmRecipe)
+    builder = (LmEnglishSteps if isinstance(config, LmEnglishRecipe)
+               else LlamaToySteps if isinstance(config, LlamaToyRecipe)
+               else LmSteps if isinstance(config, LmRecipe)
                else ThroughputSteps if isinstance(config, ThroughputRecipe)
                else SweepSteps if isinstance(config, SweepRecipe) else NmtSteps)
     return builder(config, data_root, user_dir).steps()
@@ -189,7 +222,8 @@ def corpus_files(config, data_root: str):
     if isinstance(config, ThroughputRecipe):
         config = config.nmt
     if isinstance(config, LmRecipe):
-        return {"data": [os.path.join(data_root, config.data.source)] if config.data.source else []}
+        return {"data": [os.path.join(data_root, config.data.source)] if config.data.source else [],
+                "pud": [os.path.join(data_root, config.pud_conllu)] if getattr(config, "pud_conllu", "") else []}
     files = {"data": [], "syntax_data": []}
     d = config.data
     if d.corpus != "synthetic":
