@@ -6,6 +6,7 @@ import argparse
 import os
 
 from .device_options import add_device_and_batch_arguments, device_and_batch
+from .result import add_training_record_arguments, training_record
 
 
 def add_result_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +25,7 @@ def add_result_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results-dir", default=None, metavar="DIR",
                         help="paths in the file are relative to this folder (default: RESULTS for "
                              "--out RESULTS/results/NAME/result.json, else --out's folder)")
+    add_training_record_arguments(parser)
     add_device_and_batch_arguments(parser, max_tokens=None, batch_size=16)
 
 
@@ -45,6 +47,7 @@ def run_result(args) -> int:
                              l0_lambda=args.l0_lambda, from_model=args.from_model,
                              batch_size=device.batch_size, max_tokens=device.max_tokens,
                              cpu=device.cpu)
+    result.update(training_record(args))
     write_lm_result(result, args.out)
     print(f"{args.name}: perplexity {result['perplexity']:.2f} ({args.subset})  heads kept "
           f"{result['heads_kept']}/{result['heads_total']}; wrote {args.out}")

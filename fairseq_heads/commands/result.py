@@ -22,8 +22,17 @@ def add_result_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--head-mask", default=None, metavar="MASK.json",
                         help="the head mask the model was trained with (default: the one "
                              "recorded in the checkpoint)")
+    add_training_record_arguments(parser)
+    parser.add_argument("--subset", default="test", help="the subset translated (default: %(default)s)")
+    parser.add_argument("--results-dir", default=None, metavar="DIR",
+                        help="paths in the file are relative to this folder (default: RESULTS for "
+                             "--out RESULTS/results/NAME/result.json, else --out's folder)")
+
+
+def add_training_record_arguments(parser: argparse.ArgumentParser) -> None:
+    """How a model was trained, recorded in its result file (also `lm-result`'s)."""
     parser.add_argument("--protocol", default=None, choices=("quick", "converged"),
-                        help="how an *_l0 or from_scratch model was trained (recipes/README.md); "
+                        help="how an L0 or from_scratch model was trained (recipes/README.md); "
                              "default: not recorded (read as quick)")
     parser.add_argument("--seed", type=int, default=None, help="the training seed")
     parser.add_argument("--phase", action="append", default=[], metavar="NAME=VALIDATIONS.jsonl",
@@ -33,10 +42,12 @@ def add_result_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the plateau rule of the phase named l0 (--stop-on-plateau), to "
                              "record where it held")
     parser.add_argument("--plateau-loss-tolerance", type=float, default=None, metavar="T")
-    parser.add_argument("--subset", default="test", help="the subset translated (default: %(default)s)")
-    parser.add_argument("--results-dir", default=None, metavar="DIR",
-                        help="paths in the file are relative to this folder (default: RESULTS for "
-                             "--out RESULTS/results/NAME/result.json, else --out's folder)")
+
+
+def training_record(args) -> dict:
+    """The result file's fields of add_training_record_arguments' options."""
+    return {"protocol": args.protocol, "seed": args.seed,
+            "training": training_phases(args.phase, args.plateau_validations, args.plateau_loss_tolerance)}
 
 
 def training_phases(phases, plateau_validations, plateau_loss_tolerance):
@@ -73,9 +84,7 @@ def run_result(args) -> int:
                                 subset=args.subset, l0_lambda=args.l0_lambda,
                                 from_model=args.from_model, head_mask_file=args.head_mask,
                                 results_dir=args.results_dir or results_dir_of(args.out))
-    result.update(protocol=args.protocol, seed=args.seed,
-                  training=training_phases(args.phase, args.plateau_validations,
-                                           args.plateau_loss_tolerance))
+    result.update(training_record(args))
     write_model_result(result, args.out)
     kept = " ".join(f"{t} {result['heads_kept'][t]}/{result['heads_total'][t]}" for t in result["heads_kept"])
     print(f"{args.name}: BLEU {result['bleu']:.2f}  heads kept {kept}; wrote {args.out}")

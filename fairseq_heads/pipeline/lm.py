@@ -7,7 +7,8 @@
     result_baseline  test perplexity; stats: every LM statistic on valid
     l0_<λ>        L0 fine-tunes of the baseline (λ=0: the control, as long), each pruned from its
                   gates (pruned_l0_<λ>) and scored (result_l0_<λ>), its surviving heads'
-                  functions (stats_l0_<λ>)
+                  functions (stats_l0_<λ>); with converged.seeds the converged protocol instead,
+                  with the layouts (and the full one) from scratch (lm_converged.py)
     curve_<m>     Michel et al.'s curve (perplexity as heads go, ranked by metric m), no fine-tune
     report        lm-report: tables.md and figures
 
@@ -24,6 +25,7 @@ from typing import List, Tuple
 from ..files import write_text_atomic
 from .config import settings_except
 from .fairseq_steps import run_fairseq_heads, train_argv, training_summary
+from .lm_converged import LmConverged, lm_converged_steps
 from .runner import Step, StepContext
 
 SURVIVOR_METRICS = "confidence,positional,previous_token,duplicate_token,induction"
@@ -95,6 +97,7 @@ class LmRecipe:
     l0: LmL0 = field(default_factory=LmL0)
     stats: LmStats = field(default_factory=LmStats)
     curve: LmCurve = field(default_factory=LmCurve)
+    converged: LmConverged = field(default_factory=LmConverged)  # seeds set: the converged protocol
     batch_size: int = 16          # blocks per batch when scoring (perplexity, curves)
     cpu: bool = True
 
@@ -152,6 +155,9 @@ class LmSteps:
                  call=self.stats_call(None)),
         ]
         for lam in c.l0.lambdas + ((0.0,) if c.l0.control else ()):
+            if c.converged.seeds:  # lm_converged.py: L0 to the plateau, fixed mask to patience
+                steps += [step for seed in c.converged.seeds for step in lm_converged_steps(self, lam, seed)]
+                continue
             name = f"l0_{format(lam, 'g')}{s}"
             steps += [
                 Step(name, f"models/{name}", {**model, "l0": settings_except(c.l0, "lambdas", "control"),
@@ -187,12 +193,19 @@ class LmSteps:
         write_text_atomic(os.path.join(context.out, "head_mask.json"),
                           json.dumps({"dec-self": [[1] * m.heads for _ in range(m.layers)]}) + "\n")
 
+    def baseline_options(self, context: StepContext, head_mask: str) -> List[object]:
+        """The baseline's model and schedule with HEAD_MASK (all open: the baseline itself; a
+        layout: that layout from scratch), saving into the step's folder."""
+        t = self.c.train
+        return self.model_options() + [
+            "--head-mask", head_mask, "--criterion", "cross_entropy", "--optimizer", "adam", "--lr", t.lr,
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", t.warmup, "--warmup-init-lr", 1e-7,
+            "--save-dir", context.out]
+
     def train_baseline(self, context: StepContext) -> List[str]:
         t = self.c.train
-        options = self.model_options() + [
-            "--head-mask", context.path("masks/all_open/head_mask.json"), "--criterion", "cross_entropy", "--optimizer", "adam", "--lr", t.lr,
-            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", t.warmup, "--warmup-init-lr", 1e-7,
-            "--max-update", t.max_update, "--save-dir", context.out]
+        options = self.baseline_options(context, context.path("masks/all_open/head_mask.json")) + [
+            "--max-update", t.max_update]
         if t.minutes:
             options += ["--stop-time-hours", t.minutes / 60]
         return train_argv(self.data_bin(context), options)
@@ -217,27 +230,31 @@ class LmSteps:
                 "--out", os.path.join(context.out, "checkpoint.pt"), "--from-gates"])
         return call
 
-    def result_call(self, name: str, lam):
+    def result_call(self, name: str, lam, checkpoint: str = "", kind: str = "l0", options=()):
+        """Test perplexity of models/NAME: the baseline (λ None), the physically pruned quick L0
+        model, or CHECKPOINT (under the results folder) of kind KIND with lm-result OPTIONS
+        ({results}: the results folder)."""
         def call(context: StepContext) -> None:
             if lam is None:
-                checkpoint, kind, extra = self.baseline_checkpoint(context), "baseline", []
-            else:  # the physically pruned model
-                checkpoint, kind = context.path(f"models/pruned_{name}/checkpoint.pt"), "l0"
-                extra = ["--l0-lambda", lam]
+                path, model_kind, extra = self.baseline_checkpoint(context), "baseline", []
+            else:
+                path = context.path(checkpoint or f"models/pruned_{name}/checkpoint.pt")
+                model_kind, extra = kind, ["--l0-lambda", lam]
+            extra += [str(o).format(results=context.results) for o in options]
             run_fairseq_heads("lm_recipe", "add_result_arguments", "run_result", [
-                self.data_bin(context), "--path", checkpoint, "--name", name, "--kind", kind,
+                self.data_bin(context), "--path", path, "--name", name, "--kind", model_kind,
                 "--subset", "test", "--results-dir", context.results, "--batch-size", self.c.batch_size,
                 "--out", os.path.join(context.out, "result.json"), *extra, *self.device()])
             summary = training_summary(os.path.join(context.results, "logs", f"{name}.log"))
             write_text_atomic(os.path.join(context.out, "training.json"), json.dumps(summary, indent=1) + "\n")
         return call
 
-    def stats_call(self, name):
+    def stats_call(self, name, checkpoint: str = ""):
         def call(context: StepContext) -> None:
             st = self.c.stats
-            checkpoint = (self.baseline_checkpoint(context) if name is None
-                          else context.path(f"models/{name}/checkpoint_last.pt"))
-            argv = [self.data_bin(context), "--path", checkpoint, "--gen-subset", st.subset,
+            path = (self.baseline_checkpoint(context) if name is None
+                    else context.path(checkpoint or f"models/{name}/checkpoint_last.pt"))
+            argv = [self.data_bin(context), "--path", path, "--gen-subset", st.subset,
                     "--out-dir", context.out, "--bootstrap-replicates", st.bootstrap_replicates,
                     "--induction-lengths", st.induction_lengths, "--induction-probes", st.induction_probes,
                     "--icl-positions", st.icl_positions, "--log-format", "none", *self.device()]

@@ -20,6 +20,8 @@ from ..files import write_text_atomic
 from ..numbers import format_number
 from ..stats.table import label_kind, read_json_document
 from .function_tables import head_level_interval
+from .lm_protocol_tables import (ADVANTAGE_COLUMNS, advantage_rows, has_converged, protocol_label,
+                                 scratch_quadruples, training_updates)
 
 FUNCTIONS = ("previous-token", "induction", "duplicate-token", "positional", "rare")
 MODEL_KINDS = ("baseline", "l0", "from_scratch")
@@ -201,18 +203,22 @@ def build_lm_tables(results_dir: str) -> str:
                     f"{_fmt(r.get('copying_score'))} | {_fmt(r.get('duplicate_token_mass'))} | {', '.join(r.get('labels') or []) or '–'} |")
             lines.append("")
 
-    l0 = sorted((r for r in results if r["kind"] == "l0"), key=lambda r: r["l0_lambda"])
+    l0 = sorted((r for r in results if r["kind"] == "l0"),
+                key=lambda r: (protocol_label(r) != "quick", r["l0_lambda"], r.get("seed") or 1))
+    protocols = has_converged(l0)  # a protocol column only where there is more than one
     if l0:
         lines += ["## 2. L0 sweep: heads kept, perplexity, surviving functions", "",
-                  "| λ | heads kept | perplexity | Δ vs baseline | " + " | ".join(f"{f} kept" for f in FUNCTIONS)
-                  + " | none kept |", "|" + "---|" * (5 + len(FUNCTIONS))]
+                  "| λ | " + ("protocol | updates | " if protocols else "") + "heads kept | perplexity | Δ vs baseline | "
+                  + " | ".join(f"{f} kept" for f in FUNCTIONS)
+                  + " | none kept |", "|" + "---|" * (5 + len(FUNCTIONS) + 2 * protocols)]
         for r in l0:
             kept = {(layer, head) for layer, row in enumerate(r["kept"]) for head in row}
             cells = []
             for f in FUNCTIONS + ("none",):
                 members = [k for k, fs in functions.items() if (f in fs if f != "none" else not fs)]
                 cells.append(f"{sum(k in kept for k in members)}/{len(members)}" if members else "–")
-            lines.append(f"| {r['l0_lambda']:g} | {r['heads_kept']}/{r['heads_total']} | {_fmt(r['perplexity'])} | "
+            protocol = f"{protocol_label(r)} | {training_updates(r) or r.get('updates')} | " if protocols else ""
+            lines.append(f"| {r['l0_lambda']:g} | {protocol}{r['heads_kept']}/{r['heads_total']} | {_fmt(r['perplexity'])} | "
                          f"{100 * (r['perplexity'] / base_ppl - 1):+.1f}% | " + " | ".join(cells) + " |")
         lines.append("")
 
@@ -256,7 +262,8 @@ def build_lm_tables(results_dir: str) -> str:
                   "| model | heads kept | repeat-copy loss drop [95% CI] |", "|---|---|---|",
                   f"| baseline | {baseline['heads_total']} | {_interval(repeat_copy_drops(heads_doc['meta']['induction']).get('all'))} |"]
         for r, cell in induction_rows:
-            lines.append(f"| λ={r['l0_lambda']:g} | {r['heads_kept']} | {_interval(cell)} |")
+            label = f"λ={r['l0_lambda']:g}" + (f", {protocol_label(r)}" if protocols else "")
+            lines.append(f"| {label} | {r['heads_kept']} | {_interval(cell)} |")
         lines.append("")
 
     scratch = [r for r in results if r["kind"] == "from_scratch"]
@@ -267,7 +274,17 @@ def build_lm_tables(results_dir: str) -> str:
             trained = next((r for r in l0 if r["name"] == s["from_model"]), None)
             lines.append(f"| {s['from_model']} | {s['heads_kept']} | "
                          f"{_fmt(trained['perplexity']) if trained else '–'} ({trained['updates'] if trained else '–'}) | "
-                         f"{_fmt(s['perplexity'])} ({s['updates']}) |")
+                         f"{_fmt(s['perplexity'])} ({training_updates(s) or s['updates']}) |")
+        lines.append("")
+    quadruples = scratch_quadruples(results)
+    if quadruples:
+        lines += ["## 7. Trained vs scratch, each against its own full layout (converged protocol)", "",
+                  "Cost from trained: the pruned model's perplexity over its seed's λ=0 control's; cost "
+                  "from scratch: the layout from scratch over the full layout from scratch (the same seed, "
+                  "schedule and patience). Advantage > 0: pruning the trained model lost less.", "",
+                  "| " + " | ".join(ADVANTAGE_COLUMNS) + " |", "|" + "---|" * len(ADVANTAGE_COLUMNS)]
+        lines += ["| " + " | ".join(_fmt(cell) if isinstance(cell, float) else ("–" if cell is None else str(cell))
+                                    for cell in row) + " |" for row in advantage_rows(quadruples)]
         lines.append("")
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,143 @@
+"""The converged protocol's steps for the language-model recipe (issue 37, item 10): the
+translation recipe's protocol (nmt_converged.py) on a decoder-only LM. Per L0 model
+`l0_<λ>_conv_s<seed>`:
+
+    <model>_l0        L0 fine-tune of the baseline until the plateau rule holds
+                      (convergence.py: `plateau_validations` validations `validate_updates` apart
+                      with the same open heads and < `plateau_loss_tolerance` relative valid-loss
+                      change; at most `l0_max_updates`)
+    mask_<model>      its open heads as a fixed head mask
+    <model>           the fine-tune goes on with that mask and no penalty until --patience (at
+                      most `fixed_mask_max_updates`); its best checkpoint is the model
+    result_<model>    test perplexity of that checkpoint (its masked heads count as removed:
+                      masked and pruned are the same function), with both phases' update counts
+    stats_<model>     its surviving heads' functions
+    scratch_<model>   for `scratch_lambdas`: the same layout trained from random init with the
+                      baseline's schedule, validations and patience (at most `scratch_max_updates`);
+                      λ=0's layout is every head: the full-layout-from-scratch control, against
+                      which a pruned layout's from-scratch cost is measured
+    result_scratch_<model>
+
+λ=0 (the control) runs the same protocol without a penalty.
+"""
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from typing import List, Tuple
+
+from .config import settings_except
+from .fairseq_steps import run_fairseq_heads, train_argv
+from .runner import Step, StepContext
+
+
+@dataclass(frozen=True)
+class LmConverged:
+    seeds: Tuple[int, ...] = ()       # the L0 models' training seeds; empty: the quick protocol
+    validate_updates: int = 5
+    plateau_validations: int = 2
+    plateau_loss_tolerance: float = 0.005
+    patience: int = 2
+    l0_max_updates: int = 40
+    fixed_mask_max_updates: int = 30
+    scratch_max_updates: int = 80
+    scratch_lambdas: Tuple[float, ...] = ()  # λs whose layouts are also trained from scratch (0: every head)
+
+
+def protocol_settings(v: LmConverged) -> dict:
+    """What one converged model depends on: not which seeds and λs the sweep has."""
+    return settings_except(v, "seeds", "scratch_lambdas")
+
+
+def validations(v: LmConverged) -> List[object]:
+    """A validation (and a checkpoint) every `validate_updates` updates, none at epoch ends."""
+    return ["--validate-interval-updates", v.validate_updates, "--save-interval-updates", v.validate_updates,
+            "--validate-interval", 1_000_000, "--keep-interval-updates", 1]
+
+
+def converged_name(lam: float, seed: int, suffix: str) -> str:
+    return f"l0_{format(lam, 'g')}_conv_s{seed}{suffix}"
+
+
+def lm_converged_steps(lm, lam: float, seed: int) -> List[Step]:
+    """The steps of one converged L0 model (and its from-scratch twin); `lm` is the recipe's LmSteps."""
+    c, v, s = lm.c, lm.c.converged, lm.suffix
+    name = converged_name(lam, seed, s)
+    mask = f"masks/{name}/head_mask.json"
+    settings = {"model": asdict(c.model), "train": asdict(c.train), "l0": settings_except(c.l0, "lambdas", "control"),
+                "converged": protocol_settings(v), "lambda": lam, "seed": seed}
+
+    def gated(context: StepContext) -> List[object]:
+        return lm.model_options(gate_adam=True) + [
+            "--optimizer", "gate_adam", "--lr", c.l0.lr, "--gate-lr-scale", c.l0.gate_lr_scale,
+            "--lr-scheduler", "fixed", "--save-dir", context.out, *validations(v),
+            "--validation-trace", os.path.join(context.out, "validations.jsonl"), "--seed", seed]
+
+    def l0_phase(context: StepContext) -> List[str]:
+        return train_argv(lm.data_bin(context), gated(context) + [
+            "--finetune-from-model", lm.baseline_checkpoint(context),
+            "--criterion", "cross_entropy_l0", "--l0-lambda", lam,
+            "--max-update", v.l0_max_updates, "--stop-on-plateau", v.plateau_validations,
+            "--plateau-loss-tolerance", v.plateau_loss_tolerance,
+            "--gate-trace", os.path.join(context.out, "gate_trace.jsonl"),
+            "--gate-trace-interval", c.l0.trace_interval])
+
+    def write_mask(context: StepContext) -> None:
+        run_fairseq_heads("mask", "add_mask_arguments", "run_mask", [
+            "--path", context.path(f"models/{name}_l0/checkpoint_last.pt"),
+            "--out", os.path.join(context.out, "head_mask.json")])
+
+    def fixed_mask_phase(context: StepContext) -> List[str]:
+        # the L0 phase's traces beside the model, as the translation recipe keeps them
+        for trace in ("gate_trace.jsonl", "validations.jsonl"):
+            target = "validations_l0.jsonl" if trace == "validations.jsonl" else trace
+            shutil.copy2(context.path(f"models/{name}_l0/{trace}"), os.path.join(context.out, target))
+        return train_argv(lm.data_bin(context), gated(context) + [
+            "--finetune-from-model", context.path(f"models/{name}_l0/checkpoint_last.pt"),
+            "--head-mask", context.path(mask), "--criterion", "cross_entropy",
+            "--max-update", v.fixed_mask_max_updates, "--patience", v.patience])
+
+    record = ["--protocol", "converged", "--seed", seed, "--plateau-validations", v.plateau_validations,
+              "--plateau-loss-tolerance", v.plateau_loss_tolerance]
+    phases = ["--phase", f"l0={{results}}/models/{name}/validations_l0.jsonl",
+              "--phase", f"fixed_mask={{results}}/models/{name}/validations.jsonl"]
+    steps = [
+        Step(f"{name}_l0", f"models/{name}_l0", settings, inputs=("data", f"baseline{s}"), command=l0_phase,
+             resumable=True),
+        Step(f"mask_{name}", f"masks/{name}", {}, inputs=(f"{name}_l0",), call=write_mask),
+        Step(name, f"models/{name}", settings, inputs=("data", f"{name}_l0", f"mask_{name}"),
+             command=fixed_mask_phase, resumable=True),
+        Step(f"result_{name}", f"results/{name}", {"batch_size": c.batch_size},
+             inputs=("data", name), call=lm.result_call(name, lam, checkpoint=f"models/{name}/checkpoint_best.pt",
+                                                        options=record + phases)),
+        Step(f"stats_{name}", f"stats/{name}", asdict(c.stats), inputs=("data", name),
+             call=lm.stats_call(name, checkpoint=f"models/{name}/checkpoint_best.pt")),
+    ]
+    if lam in v.scratch_lambdas:
+        steps += scratch_steps(lm, name, lam, seed, mask)
+    return steps
+
+
+def scratch_steps(lm, name: str, lam: float, seed: int, mask: str) -> List[Step]:
+    """`name`'s layout (its mask) trained from random init as the baseline was, to patience."""
+    c, v = lm.c, lm.c.converged
+    scratch = f"scratch_{name}"
+    if lam == 0:  # the full layout: every head, not whichever the control's gates happened to keep
+        mask, mask_step = "masks/all_open/head_mask.json", "open_mask"
+    else:
+        mask_step = f"mask_{name}"
+
+    def train(context: StepContext) -> List[str]:
+        return train_argv(lm.data_bin(context), lm.baseline_options(context, context.path(mask)) + [
+            "--max-update", v.scratch_max_updates, "--patience", v.patience, *validations(v),
+            "--validation-trace", os.path.join(context.out, "validations.jsonl"), "--seed", seed])
+
+    settings = {"model": asdict(c.model), "train": asdict(c.train), "converged": protocol_settings(v), "seed": seed}
+    return [
+        Step(scratch, f"models/{scratch}", settings, inputs=("data", mask_step), command=train,
+             resumable=True),
+        Step(f"result_{scratch}", f"results/{scratch}", {"batch_size": c.batch_size},
+             inputs=("data", scratch, mask_step),
+             call=lm.result_call(scratch, lam, checkpoint=f"models/{scratch}/checkpoint_best.pt", kind="from_scratch",
+                                 options=["--from-model", name, "--protocol", "converged", "--seed", seed,
+                                          "--phase", f"from_scratch={{results}}/models/{scratch}/validations.jsonl"])),
+    ]

@@ -1,0 +1,81 @@
+"""The language model's converged-protocol tables (pure functions on result-file dicts): which
+protocol and seed each L0 model had, and the fair form of "pruning a trained model beats
+training the small layout from scratch" — each side against its own full layout.
+
+For a converged L0 model of seed s at λ, with its λ=0 control of the same seed, its layout
+trained from scratch, and the full layout trained from scratch (seed s):
+
+    cost from trained  = ppl(pruned) / ppl(control) - 1
+    cost from scratch  = ppl(layout from scratch) / ppl(full layout from scratch) - 1
+    trained advantage  = cost from scratch - cost from trained     (> 0: the paper's claim)
+
+The relative form takes the two training schedules out of the comparison; the absolute
+perplexities stay in the table beside it.
+"""
+import statistics
+from typing import Dict, List, Optional, Sequence
+
+
+def protocol_label(result: dict) -> str:
+    """'converged, seed 2' or 'quick' (older files record no protocol: quick)."""
+    if result.get("protocol") == "converged":
+        return f"converged, seed {result.get('seed') or 1}"
+    return "quick"
+
+
+def has_converged(results: Sequence[dict]) -> bool:
+    return any(r.get("protocol") == "converged" for r in results)
+
+
+def training_updates(result: dict) -> Optional[int]:
+    training = result.get("training") or {}
+    return training.get("updates")
+
+
+def relative_cost(perplexity: float, reference: float) -> float:
+    return perplexity / reference - 1.0
+
+
+def scratch_quadruples(results: Sequence[dict]) -> List[Dict[str, dict]]:
+    """Every converged L0 model (λ > 0) whose layout, whose seed's control and whose seed's full
+    layout were all trained from scratch: {"trained", "control", "scratch", "full_scratch"}."""
+    converged = {r["name"]: r for r in results if r.get("protocol") == "converged"}
+    scratch_of = {r["from_model"]: r for r in converged.values() if r["kind"] == "from_scratch"}
+    control_of = {(r.get("seed") or 1): r for r in converged.values()
+                  if r["kind"] == "l0" and r.get("l0_lambda") == 0}
+    out = []
+    for trained in sorted((r for r in converged.values() if r["kind"] == "l0" and r.get("l0_lambda")),
+                          key=lambda r: (r["l0_lambda"], r.get("seed") or 1)):
+        control = control_of.get(trained.get("seed") or 1)
+        if trained["name"] in scratch_of and control and control["name"] in scratch_of:
+            out.append({"trained": trained, "control": control, "scratch": scratch_of[trained["name"]],
+                        "full_scratch": scratch_of[control["name"]]})
+    return out
+
+
+def advantage_rows(quadruples: Sequence[Dict[str, dict]]) -> List[List[object]]:
+    """Per seed: λ, seed, heads, the four perplexities, both costs (%) and the advantage (points);
+    per λ with several seeds, a row of the means and the range of the advantage over seeds."""
+    rows, by_lambda = [], {}
+    for q in quadruples:
+        trained_cost = relative_cost(q["trained"]["perplexity"], q["control"]["perplexity"])
+        scratch_cost = relative_cost(q["scratch"]["perplexity"], q["full_scratch"]["perplexity"])
+        advantage = scratch_cost - trained_cost
+        lam = q["trained"]["l0_lambda"]
+        by_lambda.setdefault(lam, []).append((trained_cost, scratch_cost, advantage))
+        rows.append([f"{lam:g}", q["trained"].get("seed") or 1,
+                     f"{q['trained']['heads_kept']}/{q['trained']['heads_total']}",
+                     q["trained"]["perplexity"], q["control"]["perplexity"], q["scratch"]["perplexity"],
+                     q["full_scratch"]["perplexity"], 100 * trained_cost, 100 * scratch_cost, 100 * advantage])
+    for lam, values in by_lambda.items():
+        if len(values) > 1:
+            advantages = [100 * v[2] for v in values]
+            rows.append([f"{lam:g}", f"mean of {len(values)}", "", None, None, None, None,
+                         100 * statistics.fmean(v[0] for v in values), 100 * statistics.fmean(v[1] for v in values),
+                         f"{statistics.fmean(advantages):+.1f} (seeds {min(advantages):+.1f} to {max(advantages):+.1f})"])
+    return rows
+
+
+ADVANTAGE_COLUMNS = ["λ", "seed", "heads", "ppl pruned", "ppl control", "ppl layout from scratch",
+                     "ppl full layout from scratch", "cost from trained %", "cost from scratch %",
+                     "trained advantage (points)"]
