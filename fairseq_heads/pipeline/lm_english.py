@@ -39,8 +39,8 @@ class LmEnglishRecipe(LmRecipe):
 
 
 class LmEnglishSteps(LmSteps):
-    def model_options(self) -> List[object]:
-        options = super().model_options()
+    def model_options(self, gate_adam: bool = False) -> List[object]:
+        options = super().model_options(gate_adam)
         if self.c.arch == "gated_llama":
             return options
         # fairseq's transformer_lm has one key/value head per query head
