@@ -60,6 +60,9 @@ class LmTrain:
     clip_norm: float = 1.0
     fp16: bool = False
     seed: int = 1
+    # inverse_sqrt (from 1e-7 over the warm-up), or fixed: a constant lr after a linear warm-up
+    # (the Markov setting's: docs/results/lm_markov_repeats_2x4)
+    scheduler: str = "inverse_sqrt"
 
 
 @dataclass(frozen=True)
@@ -199,8 +202,8 @@ class LmSteps:
         t = self.c.train
         return self.model_options() + [
             "--head-mask", head_mask, "--criterion", "cross_entropy", "--optimizer", "adam", "--lr", t.lr,
-            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", t.warmup, "--warmup-init-lr", 1e-7,
-            "--save-dir", context.out]
+            "--lr-scheduler", t.scheduler, "--warmup-updates", t.warmup, "--save-dir", context.out] + (
+            ["--warmup-init-lr", 1e-7] if t.scheduler == "inverse_sqrt" else [])
 
     def train_baseline(self, context: StepContext) -> List[str]:
         t = self.c.train
