@@ -1,13 +1,15 @@
 """Per-head statistics (`fairseq-heads stats`, `fairseq-heads plot`): what each head does.
 
-metrics/ (one file per statistic: definition + streaming accumulator), syntax/ (CoNLL-U and
-subword alignment), streaming.py (ratios + Poisson bootstrap), capture.py (what a forward pass
-shows of each head), registry.py + builtin.py (one spec per metric), collect.py (the batch
-loop), table.py (the heads table, its files), run.py (the run), output.py + figures.py (the
-stats folder). docs/architecture.md draws the data flow; docs/metrics.md defines each metric.
+metrics/ (one file per statistic: definition + streaming accumulator, then its binding to the
+run, registered there), syntax/ (CoNLL-U and subword alignment), streaming.py (ratios +
+Poisson bootstrap), capture.py (what a forward pass shows of each head), registry.py (what a
+binding is), collect.py (the batch loop), table.py (the heads table, its files), run.py (the
+run), output.py + figures.py (the stats folder). docs/architecture.md draws the data flow; docs/metrics.md defines each metric.
 """
-from . import builtin  # noqa: F401  (registers the built-in metrics, in column order)
-from . import builtin_lm  # noqa: F401  (then the LMs' probe metrics: induction, natural_icl)
+# Each metric registers its binding at the end of its file; this order is heads.csv's column
+# order (a file imported by another, as lrp by grad, comes before it here too).
+from .metrics import confidence, lrp, grad, positional, rare, syntactic  # noqa: F401
+from .metrics import previous_token, duplicate_token, induction, natural_icl  # noqa: F401  (LMs)
 from .options import DEFAULT_LM_OFFSETS, StatsOptions, default_metrics, parse_metrics  # noqa: F401
 from .output import check_out_dir, redraw_figures, write_statistics  # noqa: F401
 from .registry import LANGUAGE_MODEL, Metric, StatsError, metric, metric_names, register, unregister  # noqa: F401

@@ -182,7 +182,7 @@ class Collector:
                 acc = self.accumulators.get((spec.name, attention_type))
                 if acc is None:
                     continue
-                replicates = spec.replicates(acc, self.run) if spec.replicates else None
+                replicates = spec.replicates(acc, self.run)
                 outcomes[(spec.name, attention_type)] = Outcome(
                     spec.finalize(acc, self.run, replicates), replicates)
         return outcomes

@@ -77,6 +77,13 @@ def syntactic_labels(
     return labels
 
 
+def at_least(estimate: torch.Tensor, threshold: float, label: str) -> Dict[Tuple[int, int], List[str]]:
+    """{(layer, head): [label]} of the heads of an (L, H) `estimate` >= threshold (NaN never
+    labels): the LM labels (previous-token, duplicate-token, induction)."""
+    hits = (torch.nan_to_num(estimate, nan=-1.0) >= threshold).nonzero().tolist()
+    return {(layer, head): [label] for layer, head in hits}
+
+
 def _head_key(attention_type: str, index: Tuple[int, ...], layer: Optional[int]) -> HeadKey:
     if len(index) == 2:
         return (attention_type, index[0], index[1])

@@ -58,8 +58,7 @@ def default_metrics(options: StatsOptions, language_model: bool) -> Tuple[str, .
 def check_options(options: StatsOptions) -> None:
     """Refuse inconsistent options before anything is loaded (StatsError, one line)."""
     for spec in metrics():
-        if spec.check_options is not None:
-            spec.check_options(options)
+        spec.check_options(options)
     if options.lrp_normalise not in lrp.LRP_MODES:
         raise StatsError(f"--lrp-normalise must be one of {', '.join(lrp.LRP_MODES)}")
     if options.rare_outside_top is not None and options.rare_outside_top < 1:

@@ -77,9 +77,8 @@ def build_table(run, outcomes, gates, meta) -> HeadTable:
                if (spec.name, attention_type) in outcomes]
         labels: Dict[Tuple[int, int], List[str]] = {}
         for spec, result in ran:
-            if spec.labels is not None:
-                for index, names in spec.labels(result, run).items():
-                    labels.setdefault(tuple(index), []).extend(names)
+            for index, names in spec.labels(result, run).items():
+                labels.setdefault(tuple(index), []).extend(names)
         for layer in range(num_layers):
             for head in range(num_heads):
                 row: Dict[str, object] = {"type": attention_type, "layer": layer, "head": head}
@@ -98,8 +97,6 @@ def metric_meta(run, outcomes) -> Dict[str, object]:
     its entries' empty values, so a stats folder always has the same keys."""
     meta: Dict[str, object] = {}
     for spec in registry.metrics():
-        if spec.meta is None:
-            continue
         by_type = ({t: o.result for (name, t), o in outcomes.items() if name == spec.name}
                    if spec.name in run.options.metrics else None)
         meta.update(spec.meta(by_type, run))

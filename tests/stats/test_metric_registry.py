@@ -1,5 +1,6 @@
-"""Adding a metric is one spec: a toy metric registered here (no other module touched) gets its
-columns in heads.csv and heads.json and its heatmap from `stats` and from the plot step."""
+"""Adding a metric is one small binding: a toy metric registered here (no other module touched)
+gets its columns in heads.csv and heads.json and its heatmap from `stats` and from the plot
+step; the built-in ones register themselves in heads.csv column order."""
 import csv
 import json
 import os
@@ -9,7 +10,7 @@ import torch
 
 from fairseq_heads import stats
 from fairseq_heads.stats.registry import WEIGHTS, Heatmap, Metric, bootstrap
-from fairseq_heads.stats.streaming import RatioAccumulator, estimate_cells, estimate_columns
+from fairseq_heads.stats.streaming import RatioAccumulator, estimate_columns
 
 TOY = "first_key_mass"
 
@@ -22,19 +23,39 @@ def first_key_sums(weights, query_mask):
     return mass, queries.sum(-1).expand_as(mass)
 
 
+class FirstKeyMass(Metric):
+    """A ratio estimate under its own name: the default columns and cells fit."""
+    name, attention_types, needs = TOY, ("enc-self", "dec-self", "enc-dec"), WEIGHTS
+    heatmap = Heatmap(TOY, "toy: attention mass on the first key", (0.0, 1.0))
+
+    def accumulator(self, shape, run):
+        return RatioAccumulator(shape, **bootstrap(run))
+
+    def update(self, acc, view):
+        acc.update(*first_key_sums(view.weights, view.query_mask))
+
+
 @pytest.fixture
 def toy_metric():
-    stats.register(Metric(
-        TOY, ("enc-self", "dec-self", "enc-dec"), WEIGHTS,
-        accumulator=lambda shape, run: RatioAccumulator(shape, **bootstrap(run)),
-        update=lambda acc, view: acc.update(*first_key_sums(view.weights, view.query_mask)),
-        columns=lambda run: estimate_columns(TOY),
-        cells=lambda result, index, run: estimate_cells(TOY, result, index),
-        heatmap=Heatmap(TOY, "toy: attention mass on the first key", (0.0, 1.0))))
+    stats.register(FirstKeyMass())
     try:
         yield TOY
     finally:
         stats.unregister(TOY)
+
+
+def test_the_built_in_metrics_in_column_order():
+    assert stats.METRICS == ("confidence", "lrp", "grad", "positional", "rare", "syntactic",
+                             "previous_token", "duplicate_token", "induction", "natural_icl")
+
+
+def test_a_binding_without_the_hook_of_its_needs_is_refused():
+    class NoUpdate(Metric):
+        name, attention_types, needs = "no_update", ("enc-self",), WEIGHTS
+
+    with pytest.raises(ValueError, match="no update hook"):
+        stats.register(NoUpdate())
+    assert "no_update" not in stats.metric_names()
 
 
 def test_a_registered_metric_reaches_the_table_and_the_plots(toy_metric, toy_data_bin,

@@ -1,7 +1,6 @@
 """End to end: `fairseq-heads stats` on a model trained in the test, checked against attention
 computed by hand, one unpadded sentence at a time; error cases leave the output folder empty."""
 import csv
-import dataclasses
 import json
 import math
 
@@ -241,10 +240,13 @@ def test_metrics_the_model_cannot_have_are_refused(toy_data_bin, trained_checkpo
     # every built-in metric applies to LMs too (syntactic on the arcs to earlier words): a
     # translation-only metric is refused before the data is read
     from fairseq_heads import stats
+    from fairseq_heads.stats.metrics.confidence import Confidence
     from fairseq_heads.stats.registry import TRANSLATION
 
-    stats.register(dataclasses.replace(stats.metric("confidence"), name="encoder_only_toy",
-                                       model_kinds=(TRANSLATION,)))
+    class EncoderOnlyToy(Confidence):
+        name, model_kinds = "encoder_only_toy", (TRANSLATION,)
+
+    stats.register(EncoderOnlyToy())
     try:
         assert_fails_leaving_nothing(["stats", str(tmp_path / "lm"), "--path", checkpoint, "--out-dir",
                                       str(out_dir), "--cpu", "--metrics", "encoder_only_toy"],

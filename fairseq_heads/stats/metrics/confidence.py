@@ -30,6 +30,8 @@ import torch
 
 from ._batch import AttentionInput, check_shapes, expand_mask, masked_max, per_layer
 from ..streaming import DEFAULT_REPLICATES, DEFAULT_SEED, RatioAccumulator, RatioEstimate
+from ...heads import ATTENTION_TYPES
+from ..registry import WEIGHTS, Heatmap, Metric, bootstrap, register
 
 
 def max_attention_per_query(attn: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
@@ -96,3 +98,22 @@ class ConfidenceAccumulator:
     def replicate_estimates(self) -> torch.Tensor:
         """Bootstrap replicates of the confidence, (R, *head_shape)."""
         return self.ratio.replicate_estimates()
+
+
+# ---------------------------------------------------------------- the binding to a stats run (registry.py)
+
+
+class Confidence(Metric):
+    name, attention_types, needs = "confidence", ATTENTION_TYPES, WEIGHTS
+    in_agreement = True
+    heatmap = Heatmap("confidence", "confidence (mean max attention)", (0.0, 1.0))
+
+    def accumulator(self, shape, run):
+        return ConfidenceAccumulator(shape, **bootstrap(run))
+
+    def update(self, acc, view):
+        # the max over keys is shared with the other weights metrics (collect.AttentionView)
+        acc.update_from_max(view.reductions.key_max()[0], view.query_mask, view.key_mask)
+
+
+register(Confidence())

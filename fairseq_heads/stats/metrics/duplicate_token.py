@@ -21,6 +21,10 @@ import torch
 from ._batch import AttentionInput, check_shapes, expand_mask, per_layer
 from .previous_token import causal_key_mask
 from ..streaming import PairedRatioAccumulator
+from ...numbers import as_float
+from ..labels import at_least
+from ..registry import LANGUAGE_MODEL, WEIGHTS, Heatmap, Metric, bootstrap, register
+from ..streaming import estimate_cells, estimate_columns
 
 DUPLICATE_TOKEN_THRESHOLD = 0.5
 
@@ -76,3 +80,33 @@ class DuplicateTokenAccumulator(PairedRatioAccumulator):
     def update(self, attn: AttentionInput, tokens: torch.Tensor, token_mask: torch.Tensor) -> None:
         copies = earlier_copies(tokens, token_mask)  # the same for every layer
         self.update_pair(*per_layer(duplicate_token_sums_from_copies, attn, copies, token_mask))
+
+
+# ---------------------------------------------------------------- the binding to a stats run (registry.py)
+
+
+class DuplicateToken(Metric):
+    name, attention_types, needs = "duplicate_token", ("dec-self",), WEIGHTS
+    model_kinds = (LANGUAGE_MODEL,)
+    heatmap = Heatmap("duplicate_token_mass", "duplicate-token: mass on earlier copies", (0.0, 1.0))
+    label_colours = (("duplicate-token", "#ccb974"),)
+    label_abbreviations = (("duplicate-token", "dup"),)
+
+    def accumulator(self, shape, run):
+        return DuplicateTokenAccumulator(shape, **bootstrap(run))
+
+    def update(self, acc, view):
+        acc.update(view.weights, view.tokens, view.key_mask)
+
+    def columns(self, run):
+        return estimate_columns("duplicate_token_mass") + ["duplicate_token_chance"]
+
+    def cells(self, pair, index, run):
+        return {**estimate_cells("duplicate_token_mass", pair[0], index),
+                "duplicate_token_chance": as_float(pair[1].estimate[index])}
+
+    def labels(self, pair, run):
+        return at_least(pair[0].estimate, run.options.thresholds.duplicate_token, "duplicate-token")
+
+
+register(DuplicateToken())

@@ -24,6 +24,10 @@ from ...heads import BlockKey
 from ..capture import CapturedHeads
 from ..streaming import RatioEstimate, percentile_interval
 from .lrp import per_head_grad_products
+from ...heads import ATTENTION_TYPES
+from ..registry import HEAD_OUTPUTS, Heatmap, Metric, bootstrap, register
+from ..streaming import RatioAccumulator
+from .lrp import reference_nll
 
 GRAD_NORMALISATIONS = ("none", "layer")
 
@@ -46,3 +50,36 @@ def normalised_estimate(result: RatioEstimate, normalised_replicates: Tensor) ->
     (already) normalised replicates: normalising is not linear, so the interval is redone."""
     low, high = percentile_interval(normalised_replicates)
     return RatioEstimate(normalise_layers_l2(result.estimate), result.count, low, high)
+
+
+# ---------------------------------------------------------------- the binding to a stats run (registry.py)
+
+
+class Grad(Metric):
+    name, attention_types, needs = "grad", ATTENTION_TYPES, HEAD_OUTPUTS
+    in_agreement = True
+    heatmap = Heatmap("grad", "gradient importance |dL/dxi|")
+
+    def accumulator(self, shape, run):
+        return RatioAccumulator(shape, **bootstrap(run))
+
+    def score(self, batch, run):
+        """|dL/dxi_h| per sentence from the data pass's head outputs."""
+        lprobs = run.model.get_normalized_probs(batch.net_output, log_probs=True)
+        loss = reference_nll(lprobs, batch.sample["target"], run.task.target_dictionary.pad())
+        return gradient_importance(loss, batch.captured, batch.keys), torch.ones(batch.size)
+
+    def replicates(self, acc, run):
+        replicates = acc.replicate_estimates()
+        return normalise_layers_l2(replicates) if run.options.grad_normalise == "layer" else replicates
+
+    def finalize(self, acc, run, replicates):
+        """With --grad-normalise layer, the estimate is layer-normalised and the interval is
+        that of the normalised replicates (normalising is not linear)."""
+        result = acc.finalize()
+        if run.options.grad_normalise != "layer":
+            return result
+        return normalised_estimate(result, replicates)
+
+
+register(Grad())

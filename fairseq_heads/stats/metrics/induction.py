@@ -36,13 +36,17 @@ a head's gate) do not change the score.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
 from ...numbers import as_float
 from ._batch import AttentionInput, per_layer
-from ..streaming import DEFAULT_REPLICATES, DEFAULT_SEED, RatioAccumulator
+from ...heads import iter_attention
+from ..capture import capture_heads
+from ..labels import at_least
+from ..registry import LANGUAGE_MODEL, LM_ATTENTION_TYPE, PROBES, Heatmap, Metric, StatsError, bootstrap, register
+from ..streaming import DEFAULT_REPLICATES, DEFAULT_SEED, RatioAccumulator, estimate_cells, estimate_columns
 
 INDUCTION_THRESHOLD = 0.4
 REPEAT_COPY_LOSS_DROP = "repeat_copy_loss_drop"  # heads.json meta induction.<this>; "loss_drop" before
@@ -197,3 +201,99 @@ def copying_scores(decoder, attention_blocks: Sequence) -> torch.Tensor:
                                                 core, output[:, h * width:(h + 1) * width]))
                      for h in range(attention.num_heads)])
     return torch.tensor(rows, dtype=torch.float64)
+
+
+# ---------------------------------------------------------------- the binding to a stats run (registry.py)
+
+
+class InductionOutcome(NamedTuple):
+    """The induction metric's result: the probe scores and repeat-copy loss drops per length
+    ({"all" | L: (scores, drop)}), and the copying score of each head's OV circuit (L, H), NaN
+    with ``copying_reason`` when the model's weights do not give one."""
+
+    by_length: Dict[object, tuple]
+    copying: torch.Tensor
+    copying_reason: Optional[str]
+
+
+def induction_lengths(run) -> Tuple[int, ...]:
+    """The probe lengths whose probes (1 + 2L tokens) fit the model's positions."""
+    limit = run.model.max_positions()
+    fits = tuple(n for n in run.options.induction_lengths if limit is None or 1 + 2 * n <= limit)
+    if not fits:
+        raise StatsError(f"--induction-lengths: no probe of 1 + 2L tokens fits the model's "
+                         f"{limit} positions")
+    return fits
+
+
+def model_copying_scores(model, shape: Tuple[int, int]) -> Tuple[torch.Tensor, Optional[str]]:
+    """((L, H) copying scores of an LM's dec-self heads, None), or (NaN, why not)."""
+    blocks = sorted(((layer, attention) for t, layer, attention in iter_attention(model)
+                     if t == LM_ATTENTION_TYPE), key=lambda pair: pair[0])
+    try:
+        scores = copying_scores(model.decoder, [attention for _, attention in blocks])
+    except (AttributeError, ValueError, RuntimeError) as error:  # not a fairseq Transformer decoder's weights
+        return torch.full(shape, float("nan"), dtype=torch.float64), f"{type(error).__name__}: {error}"
+    return scores, None
+
+
+class Induction(Metric):
+    name, attention_types, needs = "induction", ("dec-self",), PROBES
+    model_kinds = (LANGUAGE_MODEL,)
+    heatmap = Heatmap("induction", "induction score (repeated random probes)", (0.0, 1.0))
+    label_colours = (("induction", "#dd8452"),)
+
+    def accumulator(self, shape, run):
+        return InductionAccumulator(shape, induction_lengths(run), **bootstrap(run))
+
+    def probe(self, acc, run):
+        """Run the repeated random-token probes through the model."""
+        dictionary = run.task.source_dictionary
+        generator = torch.Generator().manual_seed(run.options.seed)
+        vocabulary = probe_vocabulary(dictionary)
+        device = next(run.model.parameters()).device
+        for length in acc.lengths:
+            probes = repeated_random_probes(vocabulary, length, run.options.induction_probes,
+                                            dictionary.eos(), generator)
+            for start in range(0, len(probes), 16):
+                batch = probes[start:start + 16]
+                with torch.no_grad(), capture_heads(run.model, weights=True, head_outputs=False,
+                                                    attention_types=(LM_ATTENTION_TYPE,)) as captured:
+                    net_output = run.model(batch.to(device))
+                    lprobs = run.model.get_normalized_probs(net_output, log_probs=True)
+                    weights = [w.detach().float().cpu() for w in captured.type_weights(LM_ATTENTION_TYPE)]
+                acc.update(weights, lprobs.float().cpu(), batch, length)
+
+    def finalize(self, acc, run, replicates):
+        copying, reason = model_copying_scores(run.model, run.shape[LM_ATTENTION_TYPE])
+        return InductionOutcome(acc.finalize(), copying, reason)
+
+    def columns(self, run):
+        return (estimate_columns("induction") + ["induction_chance"]
+                + [induction_column(n) for n in run.options.induction_lengths] + ["copying_score"])
+
+    def cells(self, outcome, index, run):
+        induction = outcome.by_length
+        cells = estimate_cells("induction", induction["all"][0], index)
+        cells["induction_chance"] = induction_meta(induction)["chance"]["all"]
+        for key, (scores, _) in induction.items():
+            if key != "all":
+                cells[induction_column(key)] = as_float(scores.estimate[index])
+        cells["copying_score"] = as_float(outcome.copying[index])
+        return cells
+
+    def labels(self, outcome, run):
+        return at_least(outcome.by_length["all"][0].estimate, run.options.thresholds.induction, "induction")
+
+    def meta(self, by_type, run):
+        if by_type is None:
+            return {"induction_probes": None}
+        meta = {"induction_probes": {"lengths": list(induction_lengths(run)),
+                                     "per_length": run.options.induction_probes, "seed": run.options.seed}}
+        for outcome in by_type.values():
+            meta["induction"] = induction_meta(outcome.by_length)
+            meta["induction"]["copying_score_unavailable"] = outcome.copying_reason
+        return meta
+
+
+register(Induction())

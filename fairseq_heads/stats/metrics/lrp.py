@@ -47,9 +47,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...heads import iter_attention
-from ...heads import BlockKey
-from ..capture import CapturedHeads, python_attention_path
+from ...heads import ATTENTION_TYPES, BlockKey, iter_attention
+from ..capture import CapturedHeads, capture_heads, python_attention_path
+from ..registry import OWN_PASS, Heatmap, Metric, bootstrap, register
+from ..streaming import RatioAccumulator
 
 LRP_MODES = ("step", "sentence")
 
@@ -230,3 +231,26 @@ def reference_nll(lprobs: Tensor, target: Tensor, padding_idx: int) -> Tensor:
     """Summed negative log-likelihood of the reference tokens (no label smoothing)."""
     return F.nll_loss(lprobs.reshape(-1, lprobs.shape[-1]), target.reshape(-1),
                       ignore_index=padding_idx, reduction="sum")
+
+
+# ---------------------------------------------------------------- the binding to a stats run (registry.py)
+
+
+class LRP(Metric):
+    name, attention_types, needs = "lrp", ATTENTION_TYPES, OWN_PASS
+    in_agreement = True
+    heatmap = Heatmap("lrp", "LRP relevance (share of the layer)")
+
+    def accumulator(self, shape, run):
+        return RatioAccumulator(shape, **bootstrap(run))
+
+    def score(self, batch, run):
+        """One forward under the conservative rules; relevance per head and sentence."""
+        with conservative_lrp_rules(run.model), \
+                capture_heads(run.model, weights=False, head_outputs=True) as captured:
+            objective = top1_objective(run.model, batch.sample["net_input"], batch.target_mask)
+            return objective_head_relevance(objective, batch.target_mask, captured, batch.keys,
+                                            run.options.lrp_normalise)
+
+
+register(LRP())

@@ -19,12 +19,16 @@ model's loss at p does not depend on later tokens, so blocks are cut to late + 1
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence, Tuple
+import logging
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from ...numbers import as_float
+from ..registry import LANGUAGE_MODEL, PROBES, Metric, bootstrap, register
 from ..streaming import DEFAULT_REPLICATES, DEFAULT_SEED, RatioAccumulator
+
+logger = logging.getLogger("fairseq_heads.stats")
 
 DEFAULT_POSITIONS = (50, 500)  # (early, late), Olsson et al. 2022
 
@@ -85,3 +89,64 @@ def natural_icl_meta(acc: NaturalICLAccumulator, result: Dict[str, object]) -> D
         meta[name] = {"estimate": as_float(estimate.estimate), "ci_low": as_float(estimate.ci_low),
                       "ci_high": as_float(estimate.ci_high)}
     return meta
+
+
+# ---------------------------------------------------------------- the binding to a stats run (registry.py)
+
+
+def lprobs_at(model, src_tokens: torch.Tensor, positions: List[int]) -> torch.Tensor:
+    """(B, P, V) next-token log-probabilities at the given positions only: a fairseq Transformer
+    decoder projects just those features to the vocabulary (the largest matmul of a small LM)."""
+    from fairseq.models.transformer import TransformerDecoderBase
+
+    decoder = getattr(model, "decoder", None)
+    if isinstance(decoder, TransformerDecoderBase) and getattr(decoder, "adaptive_softmax", None) is None:
+        features, extra = model(src_tokens, features_only=True)
+        logits = decoder.output_layer(features[:, positions])
+        return model.get_normalized_probs((logits, extra), log_probs=True)
+    net_output = model(src_tokens)
+    return model.get_normalized_probs(net_output, log_probs=True)[:, positions]
+
+
+class NaturalICL(Metric):
+    # model level: no per-head columns; heads.json meta natural_icl
+    name, attention_types, needs = "natural_icl", ("dec-self",), PROBES
+    model_kinds = (LANGUAGE_MODEL,)
+
+    def accumulator(self, shape, run):
+        return NaturalICLAccumulator(run.options.icl_positions, **bootstrap(run))
+
+    def probe(self, acc, run):
+        """The subset's blocks that reach the late position, cut there (causal: nothing later
+        counts), through the model; the losses at (early, late) of each."""
+        dataset = run.task.dataset(run.subset)
+        acc.reason = unavailable_reason(run.model.max_positions(), dataset.sizes, acc.late)
+        if acc.reason is not None:
+            logger.warning("natural_icl: no score: %s", acc.reason)
+            return
+        blocks = [i for i, size in enumerate(dataset.sizes) if int(size) > acc.late]
+        per_batch = max(1, (run.options.max_tokens or 4096) // (acc.late + 1))
+        device = next(run.model.parameters()).device
+        positions = [acc.early, acc.late]
+        for start in range(0, len(blocks), per_batch):
+            sample = dataset.collater([dataset[i] for i in blocks[start:start + per_batch]])
+            src_tokens = sample["net_input"]["src_tokens"][:, :acc.late + 1].to(device)
+            with torch.no_grad():
+                lprobs = lprobs_at(run.model, src_tokens, positions)
+            acc.update(position_nll(lprobs.float().cpu(), sample["target"][:, positions]))
+
+    def finalize(self, acc, run, replicates):
+        return natural_icl_meta(acc, acc.finalize())
+
+    def columns(self, run):
+        return []
+
+    def cells(self, result, index, run):
+        return {}
+
+    def meta(self, by_type, run):
+        """heads.json meta natural_icl: the score, both mean losses, the positions, or why not."""
+        return {"natural_icl": next(iter(by_type.values())) if by_type else None}
+
+
+register(NaturalICL())

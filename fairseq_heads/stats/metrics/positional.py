@@ -33,6 +33,10 @@ import torch
 
 from ._batch import AttentionInput, check_shapes, expand_mask, masked_argmax, per_layer, token_positions
 from ..streaming import DEFAULT_REPLICATES, DEFAULT_SEED, RatioAccumulator, RatioEstimate
+from ...numbers import as_float
+from ..labels import positional_labels
+from ..registry import WEIGHTS, Heatmap, Metric, bootstrap, register
+from ..streaming import estimate_cells, estimate_columns
 
 DEFAULT_OFFSETS = (-2, -1, 0, 1, 2)
 
@@ -153,3 +157,42 @@ class PositionalAccumulator:
 def offset_column(k: int) -> str:
     """The heads-table column of the share at offset k: positional_share_at_-1, _at_0, _at_+1."""
     return f"positional_share_at_{k:+d}" if k else "positional_share_at_0"
+
+
+# ---------------------------------------------------------------- the binding to a stats run (registry.py)
+
+
+class Positional(Metric):
+    name, attention_types, needs = "positional", ("enc-self", "dec-self"), WEIGHTS  # offsets need Tq == Tk
+    text_columns = ("positional_offset",)
+    heatmap = Heatmap("positional_share", "positional: share at the best offset", (0.0, 1.0))
+    label_colours = (("positional", "#4c72b0"),)
+    label_abbreviations = (("positional", "pos"),)
+
+    def accumulator(self, shape, run):
+        return PositionalAccumulator(shape, offsets=run.options.offsets, **bootstrap(run))
+
+    def update(self, acc, view):
+        # candidates: the key_mask keys (no sinks), the keys of the shared argmax
+        acc.update_from_argmax(view.reductions.key_max()[1], view.query_mask, view.key_mask)
+
+    def columns(self, run):
+        return (["positional_offset"] + estimate_columns("positional_share")
+                + [offset_column(k) for k in run.options.offsets])
+
+    def cells(self, shares, index, run):
+        estimate = shares.estimate[index]
+        best = int(torch.nan_to_num(estimate, nan=-1.0).argmax())
+        offsets = run.options.offsets
+        cells = {"positional_offset": int(offsets[best]) if not torch.isnan(estimate[best]) else None}
+        cells.update(estimate_cells("positional_share", shares, index + (best,)))
+        for j, k in enumerate(offsets):
+            cells[offset_column(k)] = as_float(estimate[j])
+        return cells
+
+    def labels(self, shares, run):
+        found = positional_labels(shares.estimate, run.options.offsets, run.options.thresholds.positional)
+        return {index: [f"positional({k})"] for index, k in found.items()}
+
+
+register(Positional())

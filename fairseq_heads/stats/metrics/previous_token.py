@@ -23,6 +23,9 @@ import torch
 
 from ._batch import AttentionInput, causal_prefix_mask, expand_mask, per_layer, prefix_argmax, stack_layers
 from ..streaming import PairedRatioAccumulator
+from ..labels import at_least
+from ..registry import LANGUAGE_MODEL, WEIGHTS, Heatmap, Metric, bootstrap, register
+from ..streaming import ESTIMATE_SUFFIXES, estimate_cells, estimate_columns
 
 PREVIOUS_TOKEN_THRESHOLD = 0.5
 
@@ -69,3 +72,35 @@ class PreviousTokenAccumulator(PairedRatioAccumulator):
         """:meth:`update` of a list of layers, given each layer's causal-prefix argmax."""
         self.update_pair(*stack_layers([previous_token_sums_from_argmax(w, b, token_mask)
                                         for w, b in zip(weights, best)]))
+
+
+# ---------------------------------------------------------------- the binding to a stats run (registry.py)
+
+
+class PreviousToken(Metric):
+    name, attention_types, needs = "previous_token", ("dec-self",), WEIGHTS
+    model_kinds = (LANGUAGE_MODEL,)
+    heatmap = Heatmap("previous_token_mass", "previous-token: attention mass on q-1", (0.0, 1.0))
+    label_colours = (("previous-token", "#64b5cd"),)
+    label_abbreviations = (("previous-token", "prev"),)
+
+    def accumulator(self, shape, run):
+        return PreviousTokenAccumulator(shape, **bootstrap(run))
+
+    def update(self, acc, view):
+        acc.update_from_argmax(view.weights, view.reductions.prefix_argmax(), view.key_mask)
+
+    def columns(self, run):
+        return (estimate_columns("previous_token_mass")
+                + estimate_columns("previous_token_share", ESTIMATE_SUFFIXES[:3]))
+
+    def cells(self, pair, index, run):
+        mass, share = pair
+        return {**estimate_cells("previous_token_mass", mass, index),
+                **estimate_cells("previous_token_share", share, index, ESTIMATE_SUFFIXES[:3])}
+
+    def labels(self, pair, run):
+        return at_least(pair[0].estimate, run.options.thresholds.previous_token, "previous-token")
+
+
+register(PreviousToken())

@@ -48,6 +48,10 @@ import torch
 from ._batch import (AttentionInput, causal_prefix_mask, check_shapes, expand_mask, masked_argmax, per_layer,
                      prefix_argmax)
 from ..streaming import DEFAULT_REPLICATES, DEFAULT_SEED, RatioAccumulator, RatioEstimate
+from ...numbers import as_float
+from ..labels import rare_labels
+from ..registry import WEIGHTS, Heatmap, Metric, bootstrap, register
+from ..streaming import estimate_cells, estimate_columns
 
 DEFAULT_MIN_KEYS = 2
 
@@ -309,3 +313,50 @@ class PrefixRareWordAccumulator(RareWordAccumulator):
         self.hits.update(hits, den)
         self.chance.update(chance, scored[:, None].expand(-1, 2))
 
+
+# ---------------------------------------------------------------- the binding to a stats run (registry.py)
+
+
+class Rare(Metric):
+    name, attention_types, needs = "rare", ("enc-self", "enc-dec"), WEIGHTS  # keys are source tokens (key frequency known)
+    heatmap = Heatmap("rare_share", "rare: share hitting the rarest token", (0.0, 1.0))
+    label_colours = (("rare", "#c44e52"),)
+
+    @staticmethod
+    def cutoff(run) -> Optional[float]:
+        """--rare-outside-top N as a count: the source dictionary's (training) counts."""
+        return rarest_count_cutoff(run.task.source_dictionary, run.options.rare_outside_top)
+
+    def accumulator(self, shape, run):
+        # an LM's query sees only its prefix: the rarest token of each query's prefix
+        kind = PrefixRareWordAccumulator if run.language_model else RareWordAccumulator
+        return kind(shape, max_rarest_freq=self.cutoff(run), **bootstrap(run))
+
+    def update(self, acc, view):
+        if view.language_model:
+            acc.update_from_argmax(view.reductions.prefix_argmax(), view.key_mask, view.key_counts)
+        else:
+            acc.update(view.weights, view.query_mask, view.key_mask, view.key_counts)
+
+    def columns(self, run):
+        return estimate_columns("rare_share") + ["rare_two_share", "rare_chance"]
+
+    def cells(self, rare, index, run):
+        cells = estimate_cells("rare_share", rare.rarest, index)
+        cells["rare_two_share"] = as_float(rare.two_rarest.estimate[index])
+        cells["rare_chance"] = as_float(rare.chance_rarest.estimate)
+        return cells
+
+    def labels(self, rare, run):
+        hits = rare_labels(rare.rarest.estimate, run.options.thresholds.rare)
+        return {tuple(index): ["rare"] for index in hits.nonzero().tolist()}
+
+    def meta(self, by_type, run):
+        return {"rare_outside_top": run.options.rare_outside_top,
+                "rare_max_rarest_count": self.cutoff(run) if by_type else None,
+                "rare_chance": {t: {"rarest": as_float(r.chance_rarest.estimate),
+                                    "two_rarest": as_float(r.chance_two_rarest.estimate)}
+                                for t, r in (by_type or {}).items()}}
+
+
+register(Rare())

@@ -14,12 +14,17 @@ Bootstrap unit: the sentence (intervals on the accuracies; the baseline is a poi
 from __future__ import annotations
 
 from collections import Counter
+import math
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
 from ..streaming import DEFAULT_REPLICATES, DEFAULT_SEED, RatioAccumulator, RatioEstimate
-from ..syntax.alignment import RELATIONS, Arc
+from ...numbers import as_float
+from ..labels import syntactic_labels
+from ..registry import LANGUAGE_MODEL, TRANSLATION, WEIGHTS, Heatmap, Metric, StatsError, bootstrap, register
+from ..streaming import estimate_cells, estimate_columns
+from ..syntax.alignment import RELATIONS, Arc, fill_unknown_pieces, prepare_sentence
 
 DEP_TO_HEAD = "dep->head"
 HEAD_TO_DEP = "head->dep"
@@ -185,3 +190,124 @@ class SyntacticAccumulator:
     def replicate_estimates(self) -> torch.Tensor:
         """Bootstrap replicates of the accuracies, (R, num_slots, *head_shape); slot order = ``self.slots``."""
         return self.ratio.replicate_estimates()
+
+
+# ---------------------------------------------------------------- the binding to a stats run (registry.py)
+
+
+UNK_FILLED = "syntactic_sentences_with_unk_filled"  # meta: sentences whose <unk> were filled
+
+
+class SyntacticRun:
+    """The syntactic metric's accumulator in a stats run: the accuracies, and how many
+    sentences had <unk> pieces filled in from their parse (heads.json meta)."""
+
+    def __init__(self, scores: SyntacticAccumulator):
+        self.scores = scores
+        self.sentences_with_unk_filled = 0
+
+
+class SyntacticOutcome(NamedTuple):
+    scores: Dict[Tuple[str, str], SyntacticScore]
+    sentences_with_unk_filled: int
+
+
+def word_level_sentences(view, conllu_index, conllu_path) -> Tuple[List[torch.Tensor], List[List[Arc]], int]:
+    """(word-level attention, gold arcs) of each sentence of the batch, and how many of them had
+    <unk> pieces filled in: the source sentences of a translation model (enc-self), the blocks
+    of an LM (dec-self, one sentence a block). `view`: collect.AttentionView."""
+    dictionary = view.run.task.source_dictionary
+    self_weights = torch.stack(view.weights, dim=1)
+    word_attn, arcs, unk_filled = [], [], 0
+    for b, sentence_id in enumerate(view.sentence_ids):
+        keep = view.token_mask[b]
+        pieces = [dictionary[int(token)] for token in view.tokens[b][keep]]
+        token_attn = self_weights[b][..., keep, :][..., keep]  # (L, H, T, T)
+        tokenlist = conllu_index[sentence_id]
+        try:
+            if dictionary.unk_word in pieces:
+                pieces = fill_unknown_pieces(pieces, tokenlist, dictionary.unk_word)
+                unk_filled += 1
+            attn_b, arcs_b = prepare_sentence(tokenlist, pieces, token_attn, sentence_index=sentence_id)
+        except ValueError as error:
+            sentences = "the lines of the subset" if view.language_model else "the source sentences"
+            raise StatsError(f"--conllu {conllu_path} does not match {sentences} "
+                             f"(sentence index = dataset index, 0-based): {error}") from None
+        word_attn.append(attn_b)
+        arcs.append(arcs_b)
+    return word_attn, arcs, unk_filled
+
+
+class Syntactic(Metric):
+    # translation: encoder self-attention; an LM: its causal dec-self, on the arcs whose other
+    # end precedes the query (preceding_queries)
+    name, attention_types, needs = "syntactic", ("enc-self",), WEIGHTS
+    model_kinds = (TRANSLATION, LANGUAGE_MODEL)
+    text_columns = ("syntactic_best",)
+    heatmap = Heatmap("syntactic_best_gain", "syntactic: best accuracy - baseline")
+    label_colours = (("syntactic", "#55a868"),)
+    label_abbreviations = (("syntactic", "syn"), ("dep->head", "d>h"), ("head->dep", "h>d"))
+
+    def default(self, options):
+        return bool(options.conllu)
+
+    def check_options(self, options):
+        if "syntactic" in (options.metrics or ()) and not options.conllu:
+            raise StatsError("the syntactic metric needs --conllu (gold parses of the source side, "
+                             "or of a language model's text)")
+
+    def accumulator(self, shape, run):
+        return SyntacticRun(SyntacticAccumulator(shape, causal=run.language_model, **bootstrap(run)))
+
+    def update(self, acc, view):
+        word_attn, arcs, unk_filled = word_level_sentences(view, view.run.conllu_index,
+                                                           view.run.options.conllu)
+        acc.scores.update(word_attn, arcs)
+        acc.sentences_with_unk_filled += unk_filled
+
+    def finalize(self, acc, run, replicates):
+        return SyntacticOutcome(acc.scores.finalize(), acc.sentences_with_unk_filled)
+
+    def columns(self, run):
+        columns = ["syntactic_best", "syntactic_best_gain"]
+        for relation in RELATIONS:
+            for direction in DIRECTIONS:
+                name = syntactic_column(relation, direction)
+                columns += estimate_columns(name) + [name + "_baseline"]
+        return columns
+
+    def cells(self, outcome, index, run):
+        cells: Dict[str, object] = {}
+        best_slot, best_gain = None, float("nan")
+        for (relation, direction), score in outcome.scores.items():
+            name = syntactic_column(relation, direction)
+            cells.update(estimate_cells(name, score.accuracy, index))
+            cells[name + "_baseline"] = as_float(score.baseline)
+            gain = as_float(score.accuracy.estimate[index]) - as_float(score.baseline)
+            if not math.isnan(gain) and (math.isnan(best_gain) or gain > best_gain):
+                best_slot, best_gain = f"{relation},{direction}", gain
+        cells["syntactic_best"] = best_slot
+        cells["syntactic_best_gain"] = best_gain
+        return cells
+
+    def labels(self, outcome, run):
+        found = syntactic_labels({slot: (score.accuracy.estimate, score.baseline)
+                                  for slot, score in outcome.scores.items()},
+                                 run.options.thresholds.syntactic_margin)
+        return {index: [f"syntactic({rel},{direction})" for rel, direction in slots]
+                for index, slots in found.items()}
+
+    def meta(self, by_type, run):
+        outcomes = (by_type or {}).items()
+        meta = {UNK_FILLED: sum(outcome.sentences_with_unk_filled for _, outcome in outcomes),
+                "syntactic_baselines": {
+                    t: {f"{rel},{direction}": {"baseline": score.baseline, "offset": score.baseline_offset,
+                                               "queries": score.num_queries}
+                        for (rel, direction), score in outcome.scores.items()}
+                    for t, outcome in outcomes}}
+        if run.language_model:  # which arcs an LM's numbers are over (docs/metrics.md)
+            meta["syntactic_scored_arcs"] = "other end precedes the query"
+        return meta
+
+
+register(Syntactic())
