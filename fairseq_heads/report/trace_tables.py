@@ -56,7 +56,7 @@ def open_heads_series(trace: Sequence[dict]) -> Tuple[List[int], Dict[str, List[
 def trace_label(result: dict, trace: Sequence[dict] = ()) -> str:
     """λ, protocol and gate lr of a traced run; "L0 phase" for one whose model has no result
     file yet, "still running at update N" (the trace's last record) for one that has not
-    finished (build.unfinished_l0_phases)."""
+    finished (results_folder.unfinished_l0_phases)."""
     scale = result.get("gate_lr_scale")
     phase = {"l0": ", L0 phase (no BLEU yet)",
              "l0-running": ", L0 phase still running at update "

@@ -1,5 +1,6 @@
-"""The package's layering (docs/architecture.md): no import circle, lazy imports included, and
-no module importing from a layer above its own. Read off the source (ast), nothing imported."""
+"""The package's layering (docs/architecture.md): no import circle, lazy imports included, no
+module importing from a layer above its own, and no module over 400 lines. Read off the source
+(ast), nothing imported."""
 import ast
 import os
 
@@ -111,3 +112,12 @@ def test_no_module_imports_from_a_layer_above_its_own():
     upward = [(m, t) for m, targets in graph().items() if m != PACKAGE
               for t in targets if t != PACKAGE and layer_of(t) > layer_of(m)]
     assert upward == []
+
+
+MAX_MODULE_LINES = 400  # docs/architecture.md: a longer module is split by job
+
+
+def test_no_module_is_over_400_lines():
+    longer = {m: n for m, p in modules().items()
+              if (n := sum(1 for _ in open(p, encoding="utf-8"))) > MAX_MODULE_LINES}
+    assert longer == {}

@@ -1,0 +1,117 @@
+"""Reading a recipe's results folder (layout.py) for the report: every result file, the
+baseline's head statistics, the curves, gate traces (also of L0 phases without a result yet) and
+fairseq-generate translations, plain or archived (.gz, as under docs/results)."""
+import csv
+import glob
+import gzip
+import json
+import os
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+from ..stats.table import merge_head_statistics, read_csv_rows
+from . import layout
+from .model_result import ResultError, parse_generate_output
+
+
+class Inputs(NamedTuple):
+    results: List[dict]
+    heads: Optional[List[Dict[str, str]]]
+    agreement: Optional[dict]
+    curve: Optional[List[Dict[str, str]]]
+    traces: Dict[str, str]  # model name -> gate-trace path
+    results_dir: str
+    translations: Dict[str, Tuple[List[str], List[str]]]  # model name -> (hypotheses, references)
+    # converged models with a finished L0 phase but no result file yet: their settings (from
+    # the name, layout.converged_model_settings) and phase "l0"; traces has their L0 trace
+    l0_phases: List[dict] = []
+    # the curves of curves/<metric>/curve.csv, one per importance metric, by metric
+    curves: Dict[str, List[Dict[str, str]]] = {}
+
+
+def read_csv(path: str) -> List[Dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def _open_text(path: str):
+    return (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8")
+
+
+def archived_copy(path: str) -> Optional[str]:
+    """path, or path.gz (an archived copy, as under docs/results), whichever exists first."""
+    for candidate in (path, path + ".gz"):
+        if os.path.isfile(candidate) and os.path.getsize(candidate) > 0:
+            return candidate
+    return None
+
+
+def read_trace(path: str) -> List[dict]:
+    with _open_text(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def load_inputs(results_dir: str) -> Inputs:
+    """Every result file, the baseline's stats, the curve, gate traces and translations of a
+    results folder."""
+    results = []
+    for path in sorted(glob.glob(os.path.join(results_dir, layout.RESULTS, "*", layout.RESULT_FILE))):
+        with open(path, encoding="utf-8") as f:
+            results.append(json.load(f))
+    stats = os.path.join(results_dir, layout.BASELINE_STATS)
+    heads_csv = os.path.join(stats, layout.HEADS_CSV)
+    agreement_json = os.path.join(stats, layout.AGREEMENT_JSON)
+    curve_csv = os.path.join(results_dir, layout.CURVE_CSV)
+    agreement = None
+    if os.path.isfile(agreement_json):
+        with open(agreement_json, encoding="utf-8") as f:
+            agreement = json.load(f)
+    traces, translations = {}, {}
+    for result in results:
+        trace = archived_copy(os.path.join(results_dir, layout.MODELS, result["name"], layout.GATE_TRACE))
+        if trace:
+            traces[result["name"]] = trace
+        generated = archived_copy(os.path.join(results_dir, layout.RESULTS, result["name"], layout.GENERATE_OUTPUT))
+        if generated:
+            with _open_text(generated) as f:
+                try:
+                    hypotheses, references, _ = parse_generate_output(f.read())
+                except ResultError as error:
+                    raise ResultError(f"{generated}: {error}") from None
+            translations[result["name"]] = (hypotheses, references)
+    l0_phases = unfinished_l0_phases(results_dir, results)
+    for phase in l0_phases:
+        traces[phase["name"]] = phase.pop("trace")
+    curves = {os.path.basename(os.path.dirname(path)): read_csv(path)
+              for path in sorted(glob.glob(os.path.join(results_dir, layout.CURVES, "*", "curve.csv")))}
+    heads = read_csv_rows(heads_csv) if os.path.isfile(heads_csv) else None
+    syntax_csv = os.path.join(results_dir, layout.SYNTAX_STATS, layout.HEADS_CSV)
+    if heads is not None and os.path.isfile(syntax_csv):
+        heads = merge_head_statistics(heads, read_csv_rows(syntax_csv))
+    curve = read_csv(curve_csv) if os.path.isfile(curve_csv) else next(iter(curves.values()), None)
+    return Inputs(results, heads, agreement, curve, traces, results_dir, translations, l0_phases, curves)
+
+
+def unfinished_l0_phases(results_dir: str, results: List[dict]) -> List[dict]:
+    """The L0 phases (models/<model>_l0/) of converged models that have no result file yet,
+    with their gate traces ("trace"): the heads-dying figure need not wait for the fixed-mask
+    phase and BLEU. A phase still running (its step's models/<model>_l0.partial/, or one a
+    session's end cut short) is drawn too, as "running", up to its last record. A name without
+    _glr<scale> was trained at the recipe's default scale, which the converged result files of
+    such names record (the most common one; None if there are none)."""
+    named = {r["name"] for r in results}
+    default_scales = [r.get("gate_lr_scale") for r in results
+                      if layout.protocol_of(r) == layout.CONVERGED and "_glr" not in r["name"]
+                      and r.get("gate_lr_scale") is not None]
+    default_scale = max(set(default_scales), key=default_scales.count) if default_scales else None
+    phases = {}
+    for state, suffix in (("l0-running", layout.L0_PHASE_SUFFIX + ".partial"), ("l0", layout.L0_PHASE_SUFFIX)):
+        for folder in sorted(glob.glob(os.path.join(results_dir, layout.MODELS, "*" + suffix))):
+            name = os.path.basename(folder)[:-len(suffix)]
+            settings = layout.converged_model_settings(name)
+            trace = archived_copy(os.path.join(folder, layout.GATE_TRACE))
+            if settings is None or name in named or trace is None:
+                continue
+            if settings["gate_lr_scale"] is None:
+                settings["gate_lr_scale"] = default_scale
+            phases[name] = dict(settings, phase=state, trace=trace)  # a finished phase wins
+    return [phases[name] for name in sorted(phases)]
