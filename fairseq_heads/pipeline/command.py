@@ -5,6 +5,8 @@ steps (pipeline.runner), skipping those done with the same key, resuming interru
     fairseq-heads recipe europarl_en_it --scale gpu --results R --set l0.encoder_lambdas=0.01 --jobs 3
     fairseq-heads recipe europarl_en_it --scale gpu --results R --only syntax_data   # the CPU part
     fairseq-heads recipe europarl_en_it --scale gpu --results R --pack OUT/results.tar.gz
+    fairseq-heads recipe multi30k_en_de --scale cpu --results R --executor slurm --jobs 8 \
+        --slurm slurm_partition=gpu --slurm timeout_min=600     # trainings as SLURM jobs (submitit)
 """
 import argparse
 import json
@@ -34,6 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pack", default=None, metavar="ARCHIVE.tar.gz",
                         help="after every step, write the committed subset of the results here")
     parser.add_argument("--dry-run", action="store_true", help="print each step, its key and state; run nothing")
+    parser.add_argument("--executor", choices=("local", "slurm"), default="local",
+                        help="where training steps run: here, or as SLURM jobs through submitit (pipeline/slurm.py)")
+    parser.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
+                        help="a submitit parameter of the SLURM jobs, e.g. slurm_partition=gpu, timeout_min=600 (repeat)")
 
 
 def default_data_root() -> str:
@@ -73,8 +79,15 @@ def build_runner(args):
     env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(user_dir), env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"  # a training's log is whole up to where it was stopped
     only = [s for s in args.only.split(",") if s] if args.only else None
+    launch = None
+    if getattr(args, "executor", "local") == "slurm" and not args.dry_run:
+        from .slurm import slurm_parameters, submitit_launcher
+
+        parameters = slurm_parameters(args.slurm, getattr(getattr(config, "nmt", config), "cpu", True))
+        launch = submitit_launcher(os.path.join(os.path.abspath(args.results), "slurm"), parameters)
     try:
-        runner = Runner(steps, args.results, jobs=args.jobs, on_step_done=on_step_done, env=env, only=only)
+        runner = Runner(steps, args.results, jobs=args.jobs, on_step_done=on_step_done, env=env, only=only,
+                        launch=launch)
     except ValueError as error:
         raise CommandError(f"--only: {error}") from None
     for step, paths in corpus_files(config, data_root).items():  # before any step runs

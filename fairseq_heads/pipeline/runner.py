@@ -121,12 +121,15 @@ class Runner:
 
     def __init__(self, steps: Sequence[Step], results: str, jobs: int = 1,
                  on_step_done: Optional[Callable[["Runner"], None]] = None,
-                 env: Optional[Mapping[str, str]] = None, only: Optional[Sequence[str]] = None):
+                 env: Optional[Mapping[str, str]] = None, only: Optional[Sequence[str]] = None,
+                 launch: Optional[Callable] = None):
         self.steps = list(steps)
         self.results = os.path.abspath(results)
         self.jobs = max(1, jobs)
         self.on_step_done = on_step_done
         self.env = dict(env) if env is not None else None
+        # how a command step starts: subprocess.Popen, or another executor's Popen look-alike (slurm.py)
+        self.launch = launch or subprocess.Popen
         self.keys = compute_keys(self.steps)
         self.by_name = {step.name: step for step in self.steps}
         self.wanted = self._upstream_closure(only) if only else set(self.by_name)
@@ -269,7 +272,7 @@ class Runner:
         log = open(context.log_path, "a", encoding="utf-8")
         log.write("$ " + " ".join(argv) + "\n")
         log.flush()
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.results,
+        process = self.launch(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.results,
                                    env=self.env)
         return process, log, time.time()
 
