@@ -1,12 +1,13 @@
-"""recipes/publish_results.sh on hand-made results folders: what is copied, what stays behind,
-and --merge, which adds a session's results to a published folder instead of replacing it."""
+"""`fairseq-heads publish` (pipeline/publish.py) on hand-made results folders: what is copied, what
+stays behind, and --merge, which adds a session's results to a published folder instead of
+replacing it."""
+import contextlib
 import gzip
+import io
 import json
 import os
-import subprocess
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PUBLISH = os.path.join(REPO, "recipes", "publish_results.sh")
+from fairseq_heads.cli import main
 
 
 def write(path, text):
@@ -15,8 +16,17 @@ def write(path, text):
         f.write(text)
 
 
+class Published:
+    def __init__(self, returncode, stderr):
+        self.returncode, self.stderr = returncode, stderr
+
+
 def publish(*args):
-    return subprocess.run(["bash", PUBLISH, *map(str, args)], capture_output=True, text=True, timeout=60)
+    """`fairseq-heads publish ARGS` in this process (no fairseq import per call)."""
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+        returncode = main(["publish", *map(str, args)])
+    return Published(returncode, stderr.getvalue())
 
 
 def a_session(root):
@@ -27,7 +37,7 @@ def a_session(root):
     write(f"{root}/models/b/checkpoint.pt", "weights")
     write(f"{root}/models/c.partial/gate_trace.jsonl", '{"update": 0, "heads": []}\n')
     write(f"{root}/models/d_l0.partial/gate_trace.jsonl", '{"update": 0, "heads": []}\n')  # running
-    write(f"{root}/logs/b.log", "log")
+    write(f"{root}/logs/b.log", f"log of {root}/models/b")
     return root
 
 
@@ -42,11 +52,14 @@ def test_merge_adds_a_sessions_results_to_the_published_ones(tmp_path):
     write(f"{docs}/results/b/result.json", json.dumps({"name": "b", "bleu": 1.0}))   # replaced
     process = publish("--merge", a_session(tmp_path / "results"), docs)
     assert process.returncode == 0, process.stderr
-    assert files(docs) == ["README.md", "models/b/gate_trace.jsonl.gz", "models/d_l0.partial/gate_trace.jsonl.gz",
+    assert files(docs) == ["README.md", "logs/b.log.gz", "models/b/gate_trace.jsonl.gz",
+                           "models/d_l0.partial/gate_trace.jsonl.gz",
                            "results/a/result.json", "results/b/generate.txt.gz", "results/b/result.json"]
     assert json.loads((docs / "results/b/result.json").read_text())["bleu"] == 30.0
     with gzip.open(docs / "results/b/generate.txt.gz", "rt") as f:
         assert f.read() == "T-0\tref\nD-0\t-0.1\thyp\n"  # what the report's bootstrap reads
+    with gzip.open(docs / "logs/b.log.gz", "rt") as f:
+        assert f.read() == "log of models/b"  # paths relative to the results folder
     assert not os.path.exists(str(docs) + ".partial")
     # the L0 phase d finished in a later session: its traces replace the running ones
     later = tmp_path / "later"
@@ -69,12 +82,14 @@ def test_merge_into_a_new_folder_and_without_merge_the_folder_is_replaced(tmp_pa
     write(f"{session}/tables.md", "tables")
     write(f"{tmp_path}/docs/README.md", "what was run")
     assert publish(session, tmp_path / "docs").returncode == 0
-    assert files(tmp_path / "docs") == ["models/b/gate_trace.jsonl.gz", "models/d_l0.partial/gate_trace.jsonl.gz",
+    assert files(tmp_path / "docs") == ["logs/b.log.gz", "models/b/gate_trace.jsonl.gz",
+                                        "models/d_l0.partial/gate_trace.jsonl.gz",
                                         "results/b/generate.txt.gz", "results/b/result.json", "tables.md"]
 
 
 def test_bad_arguments_exit_2_with_one_line_and_write_nothing(tmp_path):
-    for args in ([], ["--merge", tmp_path / "missing", tmp_path / "docs"], ["--merge", tmp_path]):
+    (tmp_path / "empty").mkdir()
+    for args in (["--merge", tmp_path / "missing", tmp_path / "docs"], [tmp_path / "empty", tmp_path / "docs"]):
         process = publish(*args)
         assert process.returncode == 2 and process.stderr.count("\n") == 1, (args, process.stderr)
-    assert os.listdir(tmp_path) == []
+    assert os.listdir(tmp_path) == ["empty"]

@@ -1,14 +1,16 @@
-"""End to end: `SCALE=toy recipes/multi30k_en_de/run.sh` (synthetic corpus, 2+2 layers d=32,
-20-30 updates per training) writes every table and figure; a re-run skips every step; a step
-that fails leaves no done marker and no result behind. The other recipes share its steps
-(recipes/paper_tables.sh, toy_scale.sh): `wmt_en_ru/run.sh` runs its first steps here, with
-ANALYSIS=no.
+"""End to end: `fairseq-heads recipe multi30k_en_de --scale toy` (synthetic corpus, 2+2 layers
+d=32, 20-30 updates per training) writes every table and figure; a re-run skips every step;
+more λs run only their own steps; the converged protocol on the same folder; a step that fails
+leaves no done marker and no result behind. `wmt_en_ru --scale toy` is the same config: its
+selection and its missing-corpus check are tested here without a second run.
 
-Takes a few minutes on 2 CPU cores (mostly starting ~17 Python processes).
+Takes a few minutes on 2 CPU cores (mostly the trainings, each its own Python process).
 """
 import base64
+import contextlib
 import csv
 import glob
+import io
 import json
 import os
 import re
@@ -18,46 +20,56 @@ import time
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RECIPES = ("multi30k_en_de",)
-LAMBDA = "0.01"  # the toy scale's default: one lambda per sweep
+LAMBDA = "0.01"  # the toy scale's: one lambda per sweep
 MODELS = ("baseline", f"enc_l0_{LAMBDA}", f"all_l0_{LAMBDA}", f"scratch_all_l0_{LAMBDA}")
+STEPS = ["data", "baseline", "bleu_baseline", "stats", "syntax_stats", f"enc_l0_{LAMBDA}", f"bleu_enc_l0_{LAMBDA}",
+         f"all_l0_{LAMBDA}", f"bleu_all_l0_{LAMBDA}", "curve_grad", f"mask_all_l0_{LAMBDA}",
+         f"scratch_all_l0_{LAMBDA}", f"bleu_scratch_all_l0_{LAMBDA}", "report"]
 FIGURES = ("encoder_pruning.png", "heads_kept_by_type.png", "gate_trace.png", "open_heads.png", "survivors.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def recipe_script(recipe):
-    return os.path.join(REPO, "recipes", recipe, "run.sh")
-
-
-def run_recipe(results, recipe="multi30k_en_de", **extra_env):
-    env = dict(os.environ, SCALE="toy", RESULTS=str(results), THREADS="1", **extra_env)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    for name in ("LAMBDAS_ENC", "LAMBDAS_ALL", "SCRATCH_LAMBDAS", "RECIPE_EXTRA_TRAIN_ARGS", "RECIPE_EXTRA_GENERATE_ARGS",
-                 "ANALYSIS", "PROTOCOL", "PUBLISHED"):
-        if name not in extra_env:
-            env.pop(name, None)
+def run_recipe(results, *settings, recipe="multi30k_en_de"):
     started = time.monotonic()
-    process = subprocess.run(["bash", recipe_script(recipe)], env=env, capture_output=True, text=True, timeout=1800)
+    process = subprocess.run([sys.executable, "-m", "fairseq_heads.cli", "recipe", recipe, "--scale", "toy",
+                              "--results", str(results), *settings], capture_output=True, text=True, timeout=1800,
+                             env=dict(os.environ, OMP_NUM_THREADS="1"))
     return process, time.monotonic() - started
 
 
-@pytest.fixture(scope="module", params=RECIPES)
-def toy_results(request, tmp_path_factory):
-    results = tmp_path_factory.mktemp("recipe") / f"{request.param}_toy"
-    process, _ = run_recipe(results, request.param)
+def recipe_in_process(*argv):
+    """`fairseq-heads recipe ARGV` in this process: (exit status, stdout, stderr)."""
+    from fairseq_heads.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(["recipe", *map(str, argv)])
+    return status, out.getvalue(), err.getvalue()
+
+
+def ran(process):
+    return re.findall(r"^run  (\S+)$", process.stdout, re.M)
+
+
+@pytest.fixture(scope="module")
+def toy_results(tmp_path_factory):
+    results = tmp_path_factory.mktemp("recipe") / "multi30k_en_de_toy"
+    process, _ = run_recipe(results)
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
     return results, process
 
 
-def test_every_step_ran(toy_results):
+def test_every_step_ran_each_after_its_inputs(toy_results):
     results, process = toy_results
-    ran = re.findall(r"^run  (\S+)$", process.stdout, re.M)
-    assert ran == ["data", "baseline", "bleu_baseline", f"enc_l0_{LAMBDA}", f"bleu_enc_l0_{LAMBDA}",
-                   f"all_l0_{LAMBDA}", f"bleu_all_l0_{LAMBDA}", f"mask_all_l0_{LAMBDA}",
-                   f"scratch_all_l0_{LAMBDA}", f"bleu_scratch_all_l0_{LAMBDA}", "pud", "stats",
-                   "curve", "report"]
-    assert sorted(os.listdir(results / ".done")) == sorted(ran)
+    order = ran(process)
+    assert sorted(order) == sorted(STEPS)
+    for before, after in (("data", "baseline"), ("baseline", "bleu_baseline"), ("stats", "curve_grad"),
+                          (f"all_l0_{LAMBDA}", f"mask_all_l0_{LAMBDA}"),
+                          (f"mask_all_l0_{LAMBDA}", f"scratch_all_l0_{LAMBDA}"),
+                          (f"scratch_all_l0_{LAMBDA}", f"bleu_scratch_all_l0_{LAMBDA}")):
+        assert order.index(before) < order.index(after), (before, after)
+    assert order[-1] == "report"
+    assert sorted(os.listdir(results / ".steps")) == sorted(f"{step}.json" for step in STEPS)
     assert not glob.glob(str(results / "**" / "*.partial"), recursive=True)
     assert not glob.glob(str(results / ".*tmp*")) and not glob.glob(str(results / "figures" / ".*"))
 
@@ -74,7 +86,7 @@ def test_result_files(toy_results):
         assert result["sentences"] > 0
         assert set(result["heads_kept"]) == {"enc-self", "dec-self", "enc-dec"}
         assert all(result["heads_total"][t] == 8 for t in result["heads_total"])  # 2 layers x 4 heads
-        assert result["checkpoint"] == f"models/{name}/checkpoint.pt"  # relative to RESULTS
+        assert result["checkpoint"].startswith(f"models/{name}/checkpoint_")  # relative to the results
     assert found["baseline"]["heads_source"] == "all"
     assert found[f"enc_l0_{LAMBDA}"]["kind"] == "encoder_l0"
     assert found[f"enc_l0_{LAMBDA}"]["heads_kept"]["dec-self"] == 8  # only the encoder is gated
@@ -82,7 +94,7 @@ def test_result_files(toy_results):
     # the from-scratch model was trained with exactly the heads the pruned model kept
     scratch, pruned = found[f"scratch_all_l0_{LAMBDA}"], found[f"all_l0_{LAMBDA}"]
     assert scratch["heads_source"] == "head_mask" and scratch["from_model"] == pruned["name"]
-    assert scratch["kept"] == pruned["kept"]
+    assert scratch["kept"] == pruned["kept"] and scratch["protocol"] == "quick"
     assert scratch["head_mask"] == f"masks/all_l0_{LAMBDA}/head_mask.json"
     with open(results / "masks" / f"all_l0_{LAMBDA}" / "head_mask.json") as f:
         assert json.load(f) == pruned["kept"]
@@ -90,10 +102,12 @@ def test_result_files(toy_results):
 
 def test_statistics_and_curve(toy_results):
     results, _ = toy_results
-    with open(results / "stats" / "baseline" / "heads.csv") as f:
-        heads = list(csv.DictReader(f))
-    assert len(heads) == 24 and "syntactic_best" in heads[0]  # PUD-style subset with parses
-    with open(results / "curve" / "curve.csv") as f:
+    for stats in ("baseline", "syntax"):
+        with open(results / "stats" / stats / "heads.csv") as f:
+            heads = list(csv.DictReader(f))
+        assert len(heads) == 24
+    assert "syntactic_best" in heads[0]  # the test split with its gold parses
+    with open(results / "curves" / "grad" / "curve.csv") as f:
         curve = list(csv.DictReader(f))
     assert [int(r["heads_kept"]) for r in curve] == [8, 6, 4, 2]  # encoder heads only
 
@@ -117,48 +131,45 @@ def test_tables_and_figures(toy_results):
     assert page.rstrip().endswith("</html>") and "Skipped" not in page
 
 
-def test_rerun_skips_every_step(toy_results, request):
+def test_rerun_skips_every_step(toy_results):
     results, _ = toy_results
     before = (results / "tables.md").stat().st_mtime_ns
-    process, seconds = run_recipe(results, request.node.callspec.params["toy_results"])
+    process, seconds = run_recipe(results)
     assert process.returncode == 0, process.stderr[-3000:]
-    assert not re.findall(r"^run  ", process.stdout, re.M)
-    assert len(re.findall(r"^skip \S+ \(done\)$", process.stdout, re.M)) == 14
+    assert not ran(process)
+    assert re.findall(r"^skip (\S+) \(done\)$", process.stdout, re.M) == STEPS
     assert (results / "tables.md").stat().st_mtime_ns == before
     assert seconds < 60
 
 
 def test_more_lambdas_run_only_their_own_steps(toy_results):
-    """Adding a lambda to each sweep runs that lambda's steps and the report, nothing else: the
-    curve does not depend on the lambdas, and SCRATCH_LAMBDAS="" skips the from-scratch run."""
+    """Adding a λ to each sweep runs that λ's steps and the report, nothing else: the curve does
+    not depend on the λs, and 0.02 is not in scratch_lambdas."""
     results, _ = toy_results
-    process, _ = run_recipe(results, LAMBDAS_ENC=f"{LAMBDA} 0.02", LAMBDAS_ALL=f"{LAMBDA} 0.02",
-                            SCRATCH_LAMBDAS="")
+    process, _ = run_recipe(results, "--set", f"l0.encoder_lambdas={LAMBDA},0.02",
+                            "--set", f"l0.all_lambdas={LAMBDA},0.02")
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
-    assert re.findall(r"^run  (\S+)$", process.stdout, re.M) == [
-        "enc_l0_0.02", "bleu_enc_l0_0.02", "all_l0_0.02", "bleu_all_l0_0.02", "mask_all_l0_0.02", "report"]
-    assert "skip curve (done)" in process.stdout
+    assert sorted(ran(process)) == sorted(["enc_l0_0.02", "bleu_enc_l0_0.02", "all_l0_0.02", "bleu_all_l0_0.02",
+                                           "report"])
+    assert "skip curve_grad (done)" in process.stdout
     assert not (results / "models" / "scratch_all_l0_0.02").exists()
-    # the report has the new points
-    assert "λ=0.02" in (results / "tables.md").read_text()
+    assert "λ=0.02" in (results / "tables.md").read_text()  # the report has the new points
 
 
 def test_converged_protocol_stops_at_the_plateau_then_trains_the_fixed_mask(toy_results):
-    """PROTOCOL=converged on the toy folder (its baseline, stats and curve reused): the L0 phase
-    stops where the plateau rule first holds (a loose rule, so that it holds within the toy's
-    few updates), the mask is fixed, training goes on without the penalty, and the report leads
-    with the converged model, the quick one labelled. (The from-scratch side is left out to keep
-    CI short: ~5 fairseq starts here; its table is tested on hand-made files.)"""
+    """The converged protocol on the toy folder (its baseline, stats and curve reused): the L0
+    phase stops where the plateau rule first holds (a loose rule, so that it holds within the
+    toy's few updates), the mask is fixed, training goes on without the penalty, and the report
+    leads with the converged model, the quick one labelled. (The from-scratch side and Michel's
+    heuristic: tests/pipeline/test_converged_protocol.py.)"""
     from fairseq_heads.convergence import converged_at, read_validations
 
     results, _ = toy_results
     name = f"all_l0_{LAMBDA}_conv_s1"
-    process, _ = run_recipe(results, PROTOCOL="converged", LAMBDAS_ENC="", LAMBDAS_ALL=LAMBDA,
-                            SCRATCH_LAMBDAS="", SEEDS="1", PLATEAU_VALIDATIONS="1",
-                            PLATEAU_LOSS_TOLERANCE="0.05")
+    process, _ = run_recipe(results, "--set", "converged.seeds=1", "--set", "l0.encoder_lambdas=",
+                            "--set", "converged.plateau_validations=1", "--set", "converged.plateau_loss_tolerance=0.05")
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
-    assert re.findall(r"^run  (\S+)$", process.stdout, re.M) == [
-        f"{name}_l0", f"mask_{name}", name, f"bleu_{name}", "report"]
+    assert ran(process) == [f"{name}_l0", f"mask_{name}", name, f"bleu_{name}", "report"]
     l0 = read_validations(str(results / "models" / f"{name}_l0" / "validations.jsonl"))
     stop = converged_at(l0, 1, 0.05)
     assert stop == len(l0) - 1 and l0[-1].update < 40  # stopped by the rule, before the cap
@@ -181,81 +192,49 @@ def test_converged_protocol_stops_at_the_plateau_then_trains_the_fixed_mask(toy_
     assert f"| λ={LAMBDA} (quick protocol) | quick, 20 updates |" in markdown
 
 
-def test_a_published_model_is_not_trained_again_only_its_from_scratch_side(toy_results, tmp_path):
-    """PUBLISHED (a results folder of an earlier session, recipes/publish_results.sh): a
-    converged model whose result and mask are there is skipped, and its layout is trained from
-    scratch with the published mask; once that is published too, nothing is left to run. (On a
-    copy of the toy folder: its data and baseline steps are reused, the shared one is untouched.)"""
-    import shutil
-
-    results, _ = toy_results
-    copy = tmp_path / "results"
-    shutil.copytree(results, copy, symlinks=True)
-    name = f"all_l0_{LAMBDA}_conv_s2"
-    published = tmp_path / "published"
-    (published / "masks" / name).mkdir(parents=True)
-    (published / "results" / name).mkdir(parents=True)
-    mask = json.loads((results / "masks" / f"all_l0_{LAMBDA}" / "head_mask.json").read_text())
-    (published / "masks" / name / "head_mask.json").write_text(json.dumps(mask))
-    (published / "results" / name / "result.json").write_text("{}")
-    settings = dict(PROTOCOL="converged", LAMBDAS_ENC="", LAMBDAS_ALL=LAMBDA, SCRATCH_LAMBDAS=LAMBDA,
-                    SEEDS="2", ANALYSIS="no", PUBLISHED=str(published))
-    process, _ = run_recipe(copy, **settings)
-    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
-    assert f"skip {name} (published in {published})" in process.stdout
-    assert re.findall(r"^run  (\S+)$", process.stdout, re.M) == [f"scratch_{name}", f"bleu_scratch_{name}"]
-    with open(copy / "results" / f"scratch_{name}" / "result.json") as f:
-        scratch = json.load(f)
-    kept = {t: sum(map(sum, rows)) for t, rows in mask.items()}
-    assert {t: n for t, n in scratch["heads_kept"].items() if t in kept} == kept
-    shutil.copytree(copy / "results" / f"scratch_{name}", published / "results" / f"scratch_{name}")
-    process, _ = run_recipe(copy, **settings)
-    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
-    assert f"skip scratch_{name} (published in {published})" in process.stdout
-    assert re.findall(r"^run  (\S+)$", process.stdout, re.M) == []
-
-
-@pytest.mark.parametrize("setting, value", [("PROTOCOL", "slow"), ("SEEDS", "1 two"), ("SEEDS", "1 1"),
-                                            ("GATE_LR_SCALE", "-3"), ("ANALYSIS", "maybe")])
-def test_bad_settings_stop_before_any_step(tmp_path, setting, value):
-    process, _ = run_recipe(tmp_path / "results", **{setting: value})
-    assert process.returncode == 2
-    assert process.stderr.count("\n") == 1 and process.stderr.startswith(setting)
+@pytest.mark.parametrize("argv, message", [
+    (["--scale", "slow"], "--scale slow: recipe multi30k_en_de has"),
+    (["--set", "converged.seeds=1,two"], "--set converged.seeds: expected int"),
+    (["--set", "l0.gate_lr_scale=fast"], "--set l0.gate_lr_scale: expected float"),
+    (["--set", "protocol=converged"], "--set protocol: no setting"),
+    (["--jobs", "0"], "--jobs must be >= 1"),
+])
+def test_bad_settings_stop_before_any_step(tmp_path, argv, message):
+    argv = ["--scale", "toy"] + argv if "--scale" not in argv else argv
+    status, out, err = recipe_in_process("multi30k_en_de", "--results", tmp_path / "results", *argv)
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and message in err
     assert not (tmp_path / "results").exists()
 
 
 def test_failing_step_leaves_no_marker_and_no_result(toy_results):
     """Run last: it redoes (and breaks) the baseline's BLEU step."""
     results, _ = toy_results
-    process, _ = run_recipe(results, RECIPE_EXTRA_GENERATE_ARGS="--no-such-option")
+    process, _ = run_recipe(results, "--set", "generate.subset=no_such_subset", "--only", "bleu_baseline")
     assert process.returncode != 0
-    assert "redo bleu_baseline (settings changed)" in process.stdout
+    assert "redo bleu_baseline (its settings or inputs changed)" in process.stdout
     assert "FAILED bleu_baseline" in process.stderr
-    assert not (results / ".done" / "bleu_baseline").exists()
+    assert not (results / ".steps" / "bleu_baseline.json").exists()
     assert not (results / "results" / "baseline").exists()
     assert not (results / "results" / "baseline.partial").exists()
-    assert (results / ".done" / "baseline").exists()  # earlier steps are untouched
-    assert (results / "models" / "baseline" / "checkpoint.pt").exists()
+    assert (results / ".steps" / "baseline.json").exists()  # earlier steps are untouched
+    assert (results / "models" / "baseline" / "checkpoint_best.pt").exists()
 
 
-def test_wmt_recipe_with_analysis_no_runs_only_training_and_bleu(tmp_path):
-    """The en-ru recipe at toy scale, no sweeps and ANALYSIS=no: its baseline is trained and
-    scored, and no statistics, curve or report step runs."""
-    results = tmp_path / "wmt_en_ru_toy"
-    process, _ = run_recipe(results, "wmt_en_ru", LAMBDAS_ENC="", LAMBDAS_ALL="", ANALYSIS="no")
-    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
-    assert re.findall(r"^run  (\S+)$", process.stdout, re.M) == ["data", "baseline", "bleu_baseline"]
-    assert "ANALYSIS=no: no statistics, curve or report" in process.stdout
-    with open(results / "results" / "baseline" / "result.json") as f:
-        assert 0 <= json.load(f)["bleu"] <= 100
-    assert sorted(os.listdir(results)) == [".done", "data", "logs", "models", "results"]
+def test_wmt_recipe_only_its_training_and_bleu(tmp_path):
+    """The en-ru recipe at toy scale with --only bleu_baseline: the data, the baseline and its
+    BLEU are what would run, no statistics, curve or report."""
+    status, out, _ = recipe_in_process("wmt_en_ru", "--scale", "toy", "--results", tmp_path / "r",
+                                       "--only", "bleu_baseline", "--dry-run")
+    assert status == 0
+    assert re.findall(r"^(\S+)\s+[0-9a-f]{16}  run$", out, re.M) == ["data", "baseline", "bleu_baseline"]
+    assert len(re.findall(r"  -$", out, re.M)) == len(STEPS) - 3
 
 
 def test_wmt_recipe_names_missing_newstest_files(tmp_path):
     """At its real scale the en-ru recipe checks for every newstest file before any step runs."""
-    env = dict(os.environ, RESULTS=str(tmp_path / "results"), DATA=str(tmp_path / "no_data"))
-    process = subprocess.run(["bash", recipe_script("wmt_en_ru")], env=env, capture_output=True,
-                             text=True, timeout=60)
-    assert process.returncode == 2
-    assert f"missing {tmp_path}/no_data/wmt_newstest/en-ru/newstest2012.en-ru.en.gz" in process.stderr
+    status, _, err = recipe_in_process("wmt_en_ru", "--scale", "base", "--results", tmp_path / "results",
+                                       "--data-root", tmp_path / "no_data")
+    assert status == 2 and err.count("\n") == 1
+    assert f"{tmp_path}/no_data/wmt_newstest/en-ru/newstest2012.en-ru.en.gz not found" in err
     assert not (tmp_path / "results").exists()
