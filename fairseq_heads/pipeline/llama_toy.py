@@ -47,7 +47,7 @@ class LlamaToySteps(LmSteps):
 
     def l0_command(self, lam: float):
         command = super().l0_command(lam)
-        unit = ["--prune-unit", self.c.prune_unit, "--target-heads", self.c.target_heads]
+        unit = ["--prune-unit", self.c.prune_unit, "--target-heads", str(self.c.target_heads)]
         return lambda context: command(context) + unit
 
     def prune_call(self, name: str):

@@ -109,7 +109,7 @@ class LmEnglishSteps(LmSteps):
         def train(context: StepContext) -> List[str]:
             # the baseline's command; the later --head-mask and --max-update win in argparse
             return self.train_baseline(context) + [
-                "--head-mask", context.path(mask), "--max-update", c.train.max_update + c.l0.updates]
+                "--head-mask", context.path(mask), "--max-update", str(c.train.max_update + c.l0.updates)]
 
         def score(context: StepContext) -> None:
             run_fairseq_heads("lm_recipe", "add_result_arguments", "run_result", [

@@ -1,5 +1,8 @@
-"""End to end: `SCALE=toy recipes/lm_english/run.sh` (toy grammar, a 2-layer d=32 LM, a few dozen
-updates per training) runs every step and writes the tables; a re-run skips every step."""
+"""End to end: `fairseq-heads recipe lm_english --scale toy` (toy grammar, a 2-layer d=32
+transformer_lm, a few dozen updates per training) runs every step and writes the tables; a
+re-run skips every step; bad settings exit 2 before any step."""
+import contextlib
+import io
 import json
 import os
 import re
@@ -8,20 +11,17 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STEPS = ["data", "baseline", "result_baseline", "stats",
-         "l0_0.05", "result_l0_0.05", "stats_l0_0.05",
-         "l0_0.5", "result_l0_0.5", "stats_l0_0.5", "scratch_l0_0.5", "result_scratch_l0_0.5",
-         "curve_lrp", "curve_grad", "curve_confidence", "report"]
+STEPS = ["data", "open_mask", "baseline", "result_baseline", "stats",
+         "l0_0.05", "pruned_l0_0.05", "result_l0_0.05", "stats_l0_0.05",
+         "l0_0.5", "pruned_l0_0.5", "result_l0_0.5", "stats_l0_0.5",
+         "curve_lrp", "curve_grad", "curve_confidence", "mask_l0_0.5", "scratch_l0_0.5", "result_scratch_l0_0.5",
+         "report"]
 
 
 def run_recipe(results):
-    env = dict(os.environ, SCALE="toy", RESULTS=str(results), THREADS="1")
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    for name in ("LAMBDAS", "SCRATCH_LAMBDAS", "CURVE_METRICS", "CURVE_STEPS", "BASELINE"):
-        env.pop(name, None)
-    return subprocess.run(["bash", os.path.join(REPO, "recipes", "lm_english", "run.sh")], env=env,
-                          capture_output=True, text=True, timeout=1800)
+    return subprocess.run([sys.executable, "-m", "fairseq_heads.cli", "recipe", "lm_english", "--scale", "toy",
+                           "--results", str(results)], capture_output=True, text=True, timeout=1800,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def lm_results(tmp_path_factory):
 
 def test_every_step_ran_and_the_tables_answer_the_questions(lm_results):
     results, process = lm_results
-    assert re.findall(r"^run  (\S+)$", process.stdout, re.M) == STEPS
+    assert sorted(re.findall(r"^run  (\S+)$", process.stdout, re.M)) == sorted(STEPS)
     tables = (results / "tables.md").read_text()
     for section in ("## 1. Baseline", "## 2. L0 sweep", "## 3. How many heads can go",
                     "## 4. Do the importance metrics agree?", "## 5. In-context copying",
@@ -43,13 +43,14 @@ def test_every_step_ran_and_the_tables_answer_the_questions(lm_results):
     assert (results / "figures" / "perplexity_vs_heads.png").read_bytes()[:4] == b"\x89PNG"
     baseline = json.loads((results / "results" / "baseline" / "result.json").read_text())
     assert baseline["kind"] == "baseline" and baseline["heads_total"] == 8
-    assert baseline["checkpoint"] == "models/baseline/checkpoint.pt"  # relative to the results
+    assert baseline["checkpoint"] == "models/baseline/checkpoint_best.pt"  # relative to the results
     pruned = json.loads((results / "results" / "l0_0.5" / "result.json").read_text())
-    assert pruned["checkpoint"] == "models/l0_0.5/pruned.pt" and pruned["heads_kept"] <= 8
+    assert pruned["checkpoint"] == "models/pruned_l0_0.5/checkpoint.pt" and pruned["heads_kept"] <= 8
     scratch = json.loads((results / "results" / "scratch_l0_0.5" / "result.json").read_text())
     assert scratch["updates"] == 60  # baseline + fine-tune updates: the same training budget
     # the layout's masked heads are not counted as kept: the same heads as the pruned model
     assert scratch["kept"] == pruned["kept"] and scratch["heads_kept"] == pruned["heads_kept"]
+    assert scratch["kind"] == "from_scratch" and scratch["from_model"] == "l0_0.5"
     heads = json.loads((results / "stats" / "baseline" / "heads.json").read_text())
     assert {"previous_token_mass", "duplicate_token_mass", "induction", "induction_L8",
             "induction_L16"} <= set(heads["columns"])
@@ -65,16 +66,18 @@ def test_a_rerun_skips_every_step(lm_results):
     assert re.findall(r"^skip (\S+) \(done\)$", process.stdout, re.M) == STEPS
 
 
-@pytest.mark.parametrize("name,value,message", [
-    ("LM_SIZE", "9x9", "LM_SIZE: unknown size '9x9' (3x8 or 2x4)"),
-    ("CORPUS", "books", "CORPUS: unknown corpus 'books' (gutenberg, wikitext2 or markov_repeats)"),
+@pytest.mark.parametrize("settings, message", [
+    (["--set", "model.size=9x9"], "--set model.size: no setting 'size'"),
+    (["--scale", "cpu"], "step data: {data}/gutenberg_en not found (--data-root)"),
+    (["--scale", "cpu", "--set", "data.source=wikitext2"], "step data: {data}/wikitext2 not found (--data-root)"),
 ])
-def test_an_unknown_setting_exits_2_before_any_step(tmp_path, name, value, message):
-    (tmp_path / "data" / "gutenberg_en").mkdir(parents=True)
-    env = dict(os.environ, SCALE="cpu", DATA=str(tmp_path / "data"), RESULTS=str(tmp_path / "out"))
-    env[name] = value
-    process = subprocess.run(["bash", os.path.join(REPO, "recipes", "lm_english", "run.sh")], env=env,
-                             capture_output=True, text=True, timeout=60)
-    assert process.returncode == 2
-    assert process.stderr.strip().splitlines()[-1] == message
+def test_a_bad_setting_exits_2_before_any_step(tmp_path, settings, message):
+    from fairseq_heads.cli import main
+
+    argv = ["recipe", "lm_english", "--results", str(tmp_path / "out"), "--data-root", str(tmp_path / "data")]
+    argv += settings if "--scale" in settings else ["--scale", "toy", *settings]
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        assert main(argv) == 2
+    assert err.getvalue().count("\n") == 1 and message.format(data=tmp_path / "data") in err.getvalue()
     assert not (tmp_path / "out").exists()
