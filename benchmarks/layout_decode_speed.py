@@ -58,10 +58,13 @@ def main(argv=None) -> int:
             return 2
     masks = {m: kept_layout(f) for m, f in files.items()}
     torch.set_num_threads(1)  # one thread: the measurement the other load disturbs least
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as work:
         report = compare_pruned(args.path, args.data, args.src, args.tgt, masks, args.subset, args.sentences,
                                 args.beam, args.batch_size, args.rounds, True, work)
+    # other processes' load (1-minute averages), which interleaved rounds spread over every variant
     report.update(checkpoint=os.path.basename(args.path), layouts_from=args.results, machine=machine_info(),
+                  load_average_before_after=[round(load_before[0], 2), round(os.getloadavg()[0], 2)],
                   command=" ".join(sys.argv))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     write_text_atomic(args.out, json.dumps(report, indent=1) + "\n")
