@@ -153,7 +153,7 @@ DEMO = SweepRecipe(
     name="demo",
     data=CorpusData(synthetic_sizes=(10000, 500, 500), vocab_size=2000),
     model=Model(layers=2, dim=64, heads=4, ffn=128),
-    train=Train(max_tokens=2048, lr=5e-3, warmup=150, max_update=700),
+    train=Train(max_tokens=2048, lr=5e-3, warmup=150, max_update=552),  # 12 epochs of 46 updates
     l0=L0(encoder_lambdas=(), all_lambdas=(0.05,), control=False, updates=400, lr=5e-4, gate_lr_scale=40.0,
           trace_interval=20),
     generate=Generate(subset="test", beam=5, batch_size=128),
