@@ -4,7 +4,7 @@
         --checkpoint ../shared/models/multi30k_en_de_6x8/checkpoint.pt \
         [--updates 40] [--rounds 2] [--out benchmarks/results/train_parallel_cpu.json]
 
-The workload is the converged protocol's L0 phase on Multi30k (recipes/multi30k_en_de/run.sh:
+The workload is the converged protocol's L0 phase on Multi30k (the multi30k_en_de recipe, then recipes/multi30k_en_de/run.sh:
 6+6 layers x 8 heads, d=128, all three attention types gated, 4,096 tokens per update, gate_adam),
 started from the shared baseline, trained by `fairseq-train` as the recipe runs it. Variants:
 

@@ -55,8 +55,9 @@ def protocol_of(result: dict) -> str:
 
 
 # ------------------------------------------------------------------ converged models by name
-# recipes/paper_tables.sh names a PROTOCOL=converged model <enc|all>_l0_<λ>_conv_s<seed>, plus
-# _glr<scale> when its gate lr scale is not the recipe's default; its L0 phase is <model>_l0.
+# The converged protocol names a model <enc|all>_l0_<λ>_conv_s<seed> (pipeline/nmt_converged.py;
+# the bash recipes before it added _glr<scale> when its gate lr scale was not the recipe's
+# default, as in docs/results/multi30k_en_de); its L0 phase is <model>_l0.
 L0_PHASE_SUFFIX = "_l0"
 _CONVERGED_NAME = re.compile(r"^(?P<side>enc|all)_l0_(?P<l0_lambda>[0-9.eE+-]+)_conv_s(?P<seed>[0-9]+)"
                              r"(?:_glr(?P<gate_lr_scale>[0-9.eE+-]+))?$")
