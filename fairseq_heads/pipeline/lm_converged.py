@@ -27,6 +27,7 @@ from typing import List, Tuple
 
 from .config import settings_except
 from .fairseq_steps import run_fairseq_heads, train_argv
+from .nmt_converged import phase_settings
 from .runner import Step, StepContext
 
 
@@ -41,11 +42,6 @@ class LmConverged:
     fixed_mask_max_updates: int = 30
     scratch_max_updates: int = 80
     scratch_lambdas: Tuple[float, ...] = ()  # λs whose layouts are also trained from scratch (0: every head)
-
-
-def protocol_settings(v: LmConverged) -> dict:
-    """What one converged model depends on: not which seeds and λs the sweep has."""
-    return settings_except(v, "seeds", "scratch_lambdas")
 
 
 def validations(v: LmConverged) -> List[object]:
@@ -64,7 +60,7 @@ def lm_converged_steps(lm, lam: float, seed: int) -> List[Step]:
     name = converged_name(lam, seed, s)
     mask = f"masks/{name}/head_mask.json"
     settings = {"model": asdict(c.model), "train": asdict(c.train), "l0": settings_except(c.l0, "lambdas", "control"),
-                "converged": protocol_settings(v), "lambda": lam, "seed": seed}
+                "lambda": lam, "seed": seed}
 
     def gated(context: StepContext) -> List[object]:
         return lm.model_options(gate_adam=True) + [
@@ -101,11 +97,11 @@ def lm_converged_steps(lm, lam: float, seed: int) -> List[Step]:
     phases = ["--phase", f"l0={{results}}/models/{name}/validations_l0.jsonl",
               "--phase", f"fixed_mask={{results}}/models/{name}/validations.jsonl"]
     steps = [
-        Step(f"{name}_l0", f"models/{name}_l0", settings, inputs=("data", f"baseline{s}"), command=l0_phase,
-             resumable=True),
+        Step(f"{name}_l0", f"models/{name}_l0", {**settings, "converged": phase_settings(v, "l0")},
+             inputs=("data", f"baseline{s}"), command=l0_phase, resumable=True),
         Step(f"mask_{name}", f"masks/{name}", {}, inputs=(f"{name}_l0",), call=write_mask),
-        Step(name, f"models/{name}", settings, inputs=("data", f"{name}_l0", f"mask_{name}"),
-             command=fixed_mask_phase, resumable=True),
+        Step(name, f"models/{name}", {**settings, "converged": phase_settings(v, "fixed_mask")},
+             inputs=("data", f"{name}_l0", f"mask_{name}"), command=fixed_mask_phase, resumable=True),
         Step(f"result_{name}", f"results/{name}", {"batch_size": c.batch_size},
              inputs=("data", name), call=lm.result_call(name, lam, checkpoint=f"models/{name}/checkpoint_best.pt",
                                                         options=record + phases)),
@@ -131,7 +127,7 @@ def scratch_steps(lm, name: str, lam: float, seed: int, mask: str) -> List[Step]
             "--max-update", v.scratch_max_updates, "--patience", v.patience, *validations(v),
             "--validation-trace", os.path.join(context.out, "validations.jsonl"), "--seed", seed])
 
-    settings = {"model": asdict(c.model), "train": asdict(c.train), "converged": protocol_settings(v), "seed": seed}
+    settings = {"model": asdict(c.model), "train": asdict(c.train), "converged": phase_settings(v, "scratch"), "seed": seed}
     return [
         Step(scratch, f"models/{scratch}", settings, inputs=("data", mask_step), command=train,
              resumable=True),

@@ -27,7 +27,6 @@ from typing import List, Tuple
 
 import torch
 
-from .config import settings_except
 from .fairseq_steps import run_fairseq_heads, train_argv
 from .nmt_config import ALL_TYPES, BASELINE_CHECKPOINT, l0_settings, lambda_name, train_settings
 from .runner import Step, StepContext
@@ -50,9 +49,19 @@ class Converged:
                                              # pruned against masked, beside the FLOP prediction
 
 
-def protocol_settings(v: Converged) -> dict:
-    """What one converged model depends on: not which seeds and λs the sweep has."""
-    return settings_except(v, "seeds", "scratch_lambdas", "michel_metrics", "decode_speed")
+# The protocol's settings each phase reads. A phase's key has these only, so that raising one
+# phase's cap re-runs that phase and what reads it, not the phases before it.
+PHASE_SETTINGS = {
+    "l0": ("validate_updates", "plateau_validations", "plateau_loss_tolerance", "l0_max_updates"),
+    "fixed_mask": ("validate_updates", "patience", "fixed_mask_max_updates"),
+    "scratch": ("validate_updates", "patience", "scratch_max_updates"),
+}
+
+
+def phase_settings(v, phase: str) -> dict:
+    """What one phase of a converged model (or its from-scratch twin) depends on in `v`
+    (a Converged or LmConverged section)."""
+    return {name: getattr(v, name) for name in PHASE_SETTINGS[phase]}
 
 
 def validations(v: Converged) -> List[object]:
@@ -70,7 +79,7 @@ def converged_steps(nmt, side: str, lam: float, seed: int) -> List[Step]:
                           else ("all_l0", ALL_TYPES, []))
     mask = f"masks/{name}/head_mask.json"
     settings = {"model": asdict(c.model), "train": train_settings(c.train), "l0": l0_settings(c.l0),
-                "converged": protocol_settings(v), "side": side, "lambda": lam, "seed": seed}
+                "side": side, "lambda": lam, "seed": seed}
 
     def gated(context: StepContext) -> List[object]:
         l0 = c.l0
@@ -107,11 +116,11 @@ def converged_steps(nmt, side: str, lam: float, seed: int) -> List[Step]:
     result = ["--protocol", "converged", "--seed", seed, "--plateau-validations", v.plateau_validations,
               "--plateau-loss-tolerance", v.plateau_loss_tolerance]
     steps = [
-        Step(f"{name}_l0", f"models/{name}_l0", settings, inputs=("data", f"baseline{s}"),
-             command=l0_phase, resumable=True),
+        Step(f"{name}_l0", f"models/{name}_l0", {**settings, "converged": phase_settings(v, "l0")},
+             inputs=("data", f"baseline{s}"), command=l0_phase, resumable=True),
         Step(f"mask_{name}", f"masks/{name}", {}, inputs=(f"{name}_l0",), call=write_mask),
-        Step(name, f"models/{name}", settings, inputs=("data", f"{name}_l0", f"mask_{name}"),
-             command=fixed_mask_phase, resumable=True),
+        Step(name, f"models/{name}", {**settings, "converged": phase_settings(v, "fixed_mask")},
+             inputs=("data", f"{name}_l0", f"mask_{name}"), command=fixed_mask_phase, resumable=True),
         nmt.bleu_step(name, kind, lam, checkpoint="checkpoint_best.pt", inputs=(f"mask_{name}",), head_mask=mask,
                       result_options=result + ["--phase", f"l0={{results}}/models/{name}/validations_l0.jsonl",
                                                "--phase", f"fixed_mask={{results}}/models/{name}/validations.jsonl"]),
@@ -176,8 +185,8 @@ def heuristic_steps(nmt, l0_name: str, metric: str, seed: int, gated) -> List[St
             "--head-mask", context.path(mask), "--criterion", "label_smoothed_cross_entropy",
             "--max-update", v.fixed_mask_max_updates, "--patience", v.patience])
 
-    settings = {"model": asdict(c.model), "train": train_settings(c.train), "converged": protocol_settings(v),
-                "seed": seed, "metric": metric}
+    settings = {"model": asdict(c.model), "train": train_settings(c.train), "l0": l0_settings(c.l0),
+                "converged": phase_settings(v, "fixed_mask"), "seed": seed, "metric": metric}
     return [
         Step(f"mask_{name}", f"masks/{name}", {"metric": metric},
              inputs=(f"mask_{l0_name}", f"stats{s}"), call=write_mask),
@@ -204,7 +213,8 @@ def scratch_steps(nmt, name: str, lam: float, seed: int, mask: str) -> List[Step
             "--max-update", v.scratch_max_updates, "--patience", v.patience, *validations(v),
             "--validation-trace", os.path.join(context.out, "validations.jsonl")])
 
-    settings = {"model": asdict(c.model), "train": train_settings(t), "converged": protocol_settings(v), "seed": seed}
+    settings = {"model": asdict(c.model), "train": train_settings(t), "converged": phase_settings(v, "scratch"),
+                "seed": seed}
     return [
         Step(scratch, f"models/{scratch}", settings, inputs=("data", f"mask_{name}"), command=train,
              resumable=True),

@@ -199,7 +199,7 @@ LM_MARKOV_CONVERGED = LmEnglishRecipe(
     stats=LmStats(subset="valid", bootstrap_replicates=200, induction_lengths="16,32,64", induction_probes=64),
     curve=LmCurve(metrics=()),
     converged=LmConverged(seeds=(1, 2, 3), validate_updates=25, plateau_validations=4, plateau_loss_tolerance=0.005,
-                          patience=4, l0_max_updates=1000, fixed_mask_max_updates=1000, scratch_max_updates=4000,
+                          patience=4, l0_max_updates=1000, fixed_mask_max_updates=3000, scratch_max_updates=4000,
                           scratch_lambdas=(0.5, 0.0)),
     normalize_before=True,
 )

@@ -49,7 +49,7 @@ def test_every_registered_recipe_and_scale_builds_its_steps_with_keys():
 
 
 from fairseq_heads.pipeline import compute_keys  # noqa: E402
-from fairseq_heads.pipeline.recipes import LM_TOY, MULTI30K_CONVERGED, recipe_steps  # noqa: E402
+from fairseq_heads.pipeline.recipes import LM_MARKOV_CONVERGED, LM_TOY, MULTI30K_CONVERGED, recipe_steps  # noqa: E402
 
 
 def keys(config, *assignments):
@@ -83,6 +83,28 @@ def test_a_changed_setting_changes_its_step_and_everything_downstream(config, as
         grown = bool(new)
     assert {name for name in before if before[name] != after[name]} >= downstream
     assert "data" not in {name for name in before if before[name] != after[name]}
+
+
+def closure(steps, roots):
+    """`roots` and every step that reads one of them, transitively."""
+    found, grown = set(roots), True
+    while grown:
+        new = {n for n, s in steps.items() if set(s.inputs) & found} - found
+        found |= new
+        grown = bool(new)
+    return found
+
+
+@pytest.mark.parametrize("config", [MULTI30K_CONVERGED, LM_MARKOV_CONVERGED])
+def test_raising_a_phases_cap_reruns_that_phase_and_what_reads_it_not_the_l0_phase(config):
+    import re
+
+    steps = {s.name: s for s in recipe_steps(config, "/data", "/user_dir")}
+    before, after = keys(config), keys(config, "converged.fixed_mask_max_updates=20000")
+    changed = {name for name in before if before[name] != after[name]}
+    fixed_mask_phases = {n for n in steps if re.fullmatch(r"(michel_\w+_as_)?((enc|all)_)?l0_[\d.]+_conv_s\d+", n)}
+    assert fixed_mask_phases and changed == closure(steps, fixed_mask_phases)
+    assert not [n for n in changed if n.endswith("_l0") or n.startswith("scratch_") or n == "baseline"]
 
 
 def test_a_missing_corpus_exits_2_naming_it_before_any_step(tmp_path):
