@@ -80,14 +80,19 @@ def training_summary(log_path: str) -> Dict[str, object]:
         except (KeyError, TypeError, ValueError):
             return None
 
-    weighted = [(number(r, "train_wps"), number(r, "train_train_wall")) for r in epochs]
-    weighted = [(wps, wall) for wps, wall in weighted if wps is not None and wall]
+    rated = [(number(r, "train_wps"), number(r, "train_train_wall")) for r in epochs]
+    rated = [(wps, wall) for wps, wall in rated if wps is not None]
+    weighted = [(wps, wall) for wps, wall in rated if wall]
     total_wall = sum(wall for _, wall in weighted)
+    # fairseq logs train_wall in whole seconds: an epoch shorter than half a second logs 0, and
+    # its wps (timed precisely) is then averaged unweighted
+    overall = (round(sum(w * t for w, t in weighted) / total_wall) if total_wall
+               else round(statistics.fmean(wps for wps, _ in rated)) if rated else None)
     return {
         "epochs": len(epochs),
         "updates": int(number(epochs[-1], "train_num_updates") or 0) if epochs else 0,
         "train_wall_seconds": round(total_wall, 1),
-        "target_tokens_per_second": round(sum(w * t for w, t in weighted) / total_wall) if total_wall else None,
+        "target_tokens_per_second": overall,
         # the steady rate: the median of the --log-interval records (train_inner: keys without
         # the tag) after the first (start-up, CUDA warm-up); None for a run too short for two
         "steady_target_tokens_per_second": (round(statistics.median(number(r, "wps") for r in inner[1:]))

@@ -138,3 +138,15 @@ def test_a_training_summary_reads_fairseqs_json_log(tmp_path):
     assert summary["updates"] == 260 and summary["epochs"] == 2 and summary["best_valid_loss"] == 5.25
     assert summary["target_tokens_per_second"] == (200 * 30 + 400 * 10) / 40  # weighted by the epochs' wall
     assert summary["steady_target_tokens_per_second"] == 350  # median of 300, 500, 350: the first left out
+
+
+def test_a_training_summary_of_epochs_shorter_than_fairseqs_one_second_wall_still_has_a_rate(tmp_path):
+    from fairseq_heads.pipeline.fairseq_steps import training_summary
+
+    log = tmp_path / "train.log"  # fairseq rounds train_wall to whole seconds: a fast toy run logs 0
+    log.write_text("\n".join(
+        f'2026-12-04 17:19:4{e} | INFO | train | {{"epoch": {e}, "train_wps": "{wps}", "train_train_wall": "0", '
+        f'"train_num_updates": "{10 * e}"}}' for e, wps in ((1, 3000), (2, 5000))) + "\n")
+    summary = training_summary(str(log))
+    assert summary["target_tokens_per_second"] == 4000 and summary["train_wall_seconds"] == 0
+    assert summary["steady_target_tokens_per_second"] is None
