@@ -187,9 +187,13 @@ class LmSteps:
                 "--workers", max(1, min(16, os.cpu_count() or 1))]
         if d.source:
             argv += ["--source-dir", os.path.join(self.data_root, d.source)]
-        run_fairseq_heads("prepare_lm", "add_arguments", "run", argv)
+        run_fairseq_heads("prepare_lm", "add_arguments", "run", argv + self.corpus_options())
         shutil.copytree(os.path.join(work, "bin"), os.path.join(context.out, "bin"))
         shutil.copy2(os.path.join(work, "spm.model"), context.out)
+
+    def corpus_options(self) -> List[object]:
+        """prepare-lm options a recipe's data section adds (none here)."""
+        return []
 
     def write_open_mask(self, context: StepContext) -> None:
         m = self.c.model

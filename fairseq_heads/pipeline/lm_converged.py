@@ -21,13 +21,13 @@ translation recipe's protocol (nmt_converged.py) on a decoder-only LM. Per L0 mo
 λ=0 (the control) runs the same protocol without a penalty.
 """
 import os
-import shutil
 from dataclasses import asdict, dataclass
 from typing import List, Tuple
 
 from .config import settings_except
-from .fairseq_steps import run_fairseq_heads, train_argv
-from .nmt_converged import phase_settings
+from .converged_phases import (fixed_mask_phase_options, l0_phase_options, phase_settings, result_record,
+                               validations, write_l0_mask)
+from .fairseq_steps import train_argv
 from .runner import Step, StepContext
 
 
@@ -42,12 +42,6 @@ class LmConverged:
     fixed_mask_max_updates: int = 30
     scratch_max_updates: int = 80
     scratch_lambdas: Tuple[float, ...] = ()  # λs whose layouts are also trained from scratch (0: every head)
-
-
-def validations(v: LmConverged) -> List[object]:
-    """A validation (and a checkpoint) every `validate_updates` updates, none at epoch ends."""
-    return ["--validate-interval-updates", v.validate_updates, "--save-interval-updates", v.validate_updates,
-            "--validate-interval", 1_000_000, "--keep-interval-updates", 1]
 
 
 def converged_name(lam: float, seed: int, suffix: str) -> str:
@@ -71,40 +65,21 @@ def lm_converged_steps(lm, lam: float, seed: int) -> List[Step]:
     def l0_phase(context: StepContext) -> List[str]:
         return train_argv(lm.data_bin(context), gated(context) + [
             "--finetune-from-model", lm.baseline_checkpoint(context),
-            "--criterion", "cross_entropy_l0", "--l0-lambda", lam,
-            "--max-update", v.l0_max_updates, "--stop-on-plateau", v.plateau_validations,
-            "--plateau-loss-tolerance", v.plateau_loss_tolerance,
-            "--gate-trace", os.path.join(context.out, "gate_trace.jsonl"),
-            "--gate-trace-interval", c.l0.trace_interval])
-
-    def write_mask(context: StepContext) -> None:
-        run_fairseq_heads("mask", "add_mask_arguments", "run_mask", [
-            "--path", context.path(f"models/{name}_l0/checkpoint_last.pt"),
-            "--out", os.path.join(context.out, "head_mask.json")])
+            "--criterion", "cross_entropy_l0", *l0_phase_options(v, context, lam, c.l0.trace_interval)])
 
     def fixed_mask_phase(context: StepContext) -> List[str]:
-        # the L0 phase's traces beside the model, as the translation recipe keeps them
-        for trace in ("gate_trace.jsonl", "validations.jsonl"):
-            target = "validations_l0.jsonl" if trace == "validations.jsonl" else trace
-            shutil.copy2(context.path(f"models/{name}_l0/{trace}"), os.path.join(context.out, target))
         return train_argv(lm.data_bin(context), gated(context) + [
-            "--finetune-from-model", context.path(f"models/{name}_l0/checkpoint_last.pt"),
-            "--head-mask", context.path(mask), "--criterion", "cross_entropy",
-            "--max-update", v.fixed_mask_max_updates, "--patience", v.patience])
+            "--criterion", "cross_entropy", *fixed_mask_phase_options(v, context, name, mask)])
 
-    record = ["--protocol", "converged", "--seed", seed, "--plateau-validations", v.plateau_validations,
-              "--plateau-loss-tolerance", v.plateau_loss_tolerance]
-    phases = ["--phase", f"l0={{results}}/models/{name}/validations_l0.jsonl",
-              "--phase", f"fixed_mask={{results}}/models/{name}/validations.jsonl"]
     steps = [
         Step(f"{name}_l0", f"models/{name}_l0", {**settings, "converged": phase_settings(v, "l0")},
              inputs=("data", f"baseline{s}"), command=l0_phase, resumable=True),
-        Step(f"mask_{name}", f"masks/{name}", {}, inputs=(f"{name}_l0",), call=write_mask),
+        Step(f"mask_{name}", f"masks/{name}", {}, inputs=(f"{name}_l0",), call=write_l0_mask(name)),
         Step(name, f"models/{name}", {**settings, "converged": phase_settings(v, "fixed_mask")},
              inputs=("data", f"{name}_l0", f"mask_{name}"), command=fixed_mask_phase, resumable=True),
         Step(f"result_{name}", f"results/{name}", {"batch_size": c.batch_size},
              inputs=("data", name), call=lm.result_call(name, lam, checkpoint=f"models/{name}/checkpoint_best.pt",
-                                                        options=record + phases)),
+                                                        options=result_record(v, seed, name))),
         Step(f"stats_{name}", f"stats/{name}", asdict(c.stats), inputs=("data", name),
              call=lm.stats_call(name, checkpoint=f"models/{name}/checkpoint_best.pt")),
     ]

@@ -49,22 +49,9 @@ class LmEnglishSteps(LmSteps):
         options[options.index("gated_llama")] = self.c.arch
         return options + (["--decoder-normalize-before"] if self.c.normalize_before else [])
 
-    def run_data(self, context: StepContext) -> None:
+    def corpus_options(self) -> List[object]:
         d = self.c.data
-        if not getattr(d, "repeat_spans", False):
-            return super().run_data(context)
-        # prepare-lm's own options: lm.py's step with these two added
-        import shutil
-
-        work = context.path("prepare")
-        argv = ["--work-dir", work, "--corpus", d.corpus, "--vocab-size", d.vocab_size,
-                "--synthetic-sentences", d.synthetic_sentences, "--repeat-spans", "--repeat-prob", d.repeat_prob,
-                "--workers", max(1, min(16, os.cpu_count() or 1))]
-        if d.source:
-            argv += ["--source-dir", os.path.join(self.data_root, d.source)]
-        run_fairseq_heads("prepare_lm", "add_arguments", "run", argv)
-        shutil.copytree(os.path.join(work, "bin"), os.path.join(context.out, "bin"))
-        shutil.copy2(os.path.join(work, "spm.model"), context.out)
+        return ["--repeat-spans", "--repeat-prob", d.repeat_prob] if getattr(d, "repeat_spans", False) else []
 
     def steps(self) -> List[Step]:
         steps = super().steps()

@@ -21,14 +21,15 @@ per L0 model `<enc|all>_l0_<λ>_conv_s<seed>` (the names the report parses, repo
 trained from scratch, the reference of "trained vs scratch" (report/tables.py).
 """
 import os
-import shutil
 from dataclasses import asdict, dataclass
 from typing import List, Tuple
 
 import torch
 
-from .fairseq_steps import run_fairseq_heads, train_argv
+from .fairseq_steps import train_argv
 from .nmt_config import ALL_TYPES, BASELINE_CHECKPOINT, l0_settings, lambda_name, train_settings
+from .converged_phases import (fixed_mask_phase_options, l0_phase_options, phase_settings, result_record,
+                               validations, write_l0_mask)
 from .runner import Step, StepContext
 
 
@@ -47,28 +48,6 @@ class Converged:
                                              # by each of these metrics, K its heads, fine-tuned alike
     decode_speed: bool = False               # for each encoder L0 model (λ > 0): its decoding speed-up
                                              # pruned against masked, beside the FLOP prediction
-
-
-# The protocol's settings each phase reads. A phase's key has these only, so that raising one
-# phase's cap re-runs that phase and what reads it, not the phases before it.
-PHASE_SETTINGS = {
-    "l0": ("validate_updates", "plateau_validations", "plateau_loss_tolerance", "l0_max_updates"),
-    "fixed_mask": ("validate_updates", "patience", "fixed_mask_max_updates"),
-    "scratch": ("validate_updates", "patience", "scratch_max_updates"),
-}
-
-
-def phase_settings(v, phase: str) -> dict:
-    """What one phase of a converged model (or its from-scratch twin) depends on in `v`
-    (a Converged or LmConverged section)."""
-    return {name: getattr(v, name) for name in PHASE_SETTINGS[phase]}
-
-
-def validations(v: Converged) -> List[object]:
-    """A validation (and a checkpoint) every `validate_updates` updates, none at epoch ends, so
-    that "N validations" means N x validate_updates updates on either side."""
-    return ["--validate-interval-updates", v.validate_updates, "--save-interval-updates", v.validate_updates,
-            "--validate-interval", 1_000_000, "--keep-interval-updates", 1]
 
 
 def converged_steps(nmt, side: str, lam: float, seed: int) -> List[Step]:
@@ -92,38 +71,20 @@ def converged_steps(nmt, side: str, lam: float, seed: int) -> List[Step]:
     def l0_phase(context: StepContext) -> List[str]:
         return train_argv(nmt.data_bin(context), gated(context) + [
             "--finetune-from-model", context.path(f"models/baseline{s}/{BASELINE_CHECKPOINT}"),
-            "--criterion", "label_smoothed_cross_entropy_l0", "--l0-lambda", lam,
-            "--max-update", v.l0_max_updates, "--stop-on-plateau", v.plateau_validations,
-            "--plateau-loss-tolerance", v.plateau_loss_tolerance,
-            "--gate-trace", os.path.join(context.out, "gate_trace.jsonl"),
-            "--gate-trace-interval", c.l0.trace_interval])
-
-    def write_mask(context: StepContext) -> None:
-        run_fairseq_heads("mask", "add_mask_arguments", "run_mask", [
-            "--path", context.path(f"models/{name}_l0/checkpoint_last.pt"),
-            "--out", os.path.join(context.out, "head_mask.json")])
+            "--criterion", "label_smoothed_cross_entropy_l0", *l0_phase_options(v, context, lam, c.l0.trace_interval)])
 
     def fixed_mask_phase(context: StepContext) -> List[str]:
-        # the L0 phase's traces beside the model: the report draws its heads dying over training
-        shutil.copy2(context.path(f"models/{name}_l0/gate_trace.jsonl"), context.out)
-        shutil.copy2(context.path(f"models/{name}_l0/validations.jsonl"),
-                     os.path.join(context.out, "validations_l0.jsonl"))
         return train_argv(nmt.data_bin(context), gated(context) + [
-            "--finetune-from-model", context.path(f"models/{name}_l0/checkpoint_last.pt"),
-            "--head-mask", context.path(mask), "--criterion", "label_smoothed_cross_entropy",
-            "--max-update", v.fixed_mask_max_updates, "--patience", v.patience])
+            "--criterion", "label_smoothed_cross_entropy", *fixed_mask_phase_options(v, context, name, mask)])
 
-    result = ["--protocol", "converged", "--seed", seed, "--plateau-validations", v.plateau_validations,
-              "--plateau-loss-tolerance", v.plateau_loss_tolerance]
     steps = [
         Step(f"{name}_l0", f"models/{name}_l0", {**settings, "converged": phase_settings(v, "l0")},
              inputs=("data", f"baseline{s}"), command=l0_phase, resumable=True),
-        Step(f"mask_{name}", f"masks/{name}", {}, inputs=(f"{name}_l0",), call=write_mask),
+        Step(f"mask_{name}", f"masks/{name}", {}, inputs=(f"{name}_l0",), call=write_l0_mask(name)),
         Step(name, f"models/{name}", {**settings, "converged": phase_settings(v, "fixed_mask")},
              inputs=("data", f"{name}_l0", f"mask_{name}"), command=fixed_mask_phase, resumable=True),
         nmt.bleu_step(name, kind, lam, checkpoint="checkpoint_best.pt", inputs=(f"mask_{name}",), head_mask=mask,
-                      result_options=result + ["--phase", f"l0={{results}}/models/{name}/validations_l0.jsonl",
-                                               "--phase", f"fixed_mask={{results}}/models/{name}/validations.jsonl"]),
+                      result_options=result_record(v, seed, name)),
     ]
     if side == "all" and lam in v.scratch_lambdas:
         steps += scratch_steps(nmt, name, lam, seed, mask)

@@ -1,0 +1,65 @@
+"""The converged protocol's phases as options and small steps, shared by the translation
+(nmt_converged.py) and language-model (lm_converged.py) recipes: each recipe adds its own model,
+criterion and scoring; the protocol itself (recipes/README.md, "protocols") is written once.
+`v` is either recipe's protocol section (Converged or LmConverged: the same field names)."""
+import os
+import shutil
+from typing import List
+
+from .fairseq_steps import run_fairseq_heads
+from .runner import StepContext
+
+# The protocol's settings each phase reads. A phase's key has these only, so that raising one
+# phase's cap re-runs that phase and what reads it, not the phases before it.
+PHASE_SETTINGS = {
+    "l0": ("validate_updates", "plateau_validations", "plateau_loss_tolerance", "l0_max_updates"),
+    "fixed_mask": ("validate_updates", "patience", "fixed_mask_max_updates"),
+    "scratch": ("validate_updates", "patience", "scratch_max_updates"),
+}
+
+
+def phase_settings(v, phase: str) -> dict:
+    """What one phase of a converged model (or its from-scratch twin) depends on in `v`."""
+    return {name: getattr(v, name) for name in PHASE_SETTINGS[phase]}
+
+
+def validations(v) -> List[object]:
+    """A validation (and a checkpoint) every `validate_updates` updates, none at epoch ends, so
+    that "N validations" means N x validate_updates updates on either side."""
+    return ["--validate-interval-updates", v.validate_updates, "--save-interval-updates", v.validate_updates,
+            "--validate-interval", 1_000_000, "--keep-interval-updates", 1]
+
+
+def l0_phase_options(v, context: StepContext, lam: float, trace_interval: int) -> List[object]:
+    """The L0 phase's penalty, its stopping rule and its gate trace (the criterion is the recipe's)."""
+    return ["--l0-lambda", lam, "--max-update", v.l0_max_updates, "--stop-on-plateau", v.plateau_validations,
+            "--plateau-loss-tolerance", v.plateau_loss_tolerance,
+            "--gate-trace", os.path.join(context.out, "gate_trace.jsonl"), "--gate-trace-interval", trace_interval]
+
+
+def write_l0_mask(name: str):
+    """A call step: the L0 phase's open heads (models/NAME_l0) as a fixed head mask."""
+    def call(context: StepContext) -> None:
+        run_fairseq_heads("mask", "add_mask_arguments", "run_mask", [
+            "--path", context.path(f"models/{name}_l0/checkpoint_last.pt"),
+            "--out", os.path.join(context.out, "head_mask.json")])
+    return call
+
+
+def fixed_mask_phase_options(v, context: StepContext, name: str, mask: str) -> List[object]:
+    """The fixed-mask phase from the L0 phase's last checkpoint, with MASK, to patience. Its
+    folder also gets the L0 phase's traces: the report draws the heads dying over training, and
+    the result file counts both phases' updates."""
+    shutil.copy2(context.path(f"models/{name}_l0/gate_trace.jsonl"), context.out)
+    shutil.copy2(context.path(f"models/{name}_l0/validations.jsonl"), os.path.join(context.out, "validations_l0.jsonl"))
+    return ["--finetune-from-model", context.path(f"models/{name}_l0/checkpoint_last.pt"),
+            "--head-mask", context.path(mask), "--max-update", v.fixed_mask_max_updates, "--patience", v.patience]
+
+
+def result_record(v, seed: int, name: str) -> List[object]:
+    """The result file's protocol, seed and both phases (`fairseq-heads result`/`lm-result`
+    options; {results}: the results folder)."""
+    return ["--protocol", "converged", "--seed", seed, "--plateau-validations", v.plateau_validations,
+            "--plateau-loss-tolerance", v.plateau_loss_tolerance,
+            "--phase", f"l0={{results}}/models/{name}/validations_l0.jsonl",
+            "--phase", f"fixed_mask={{results}}/models/{name}/validations.jsonl"]
