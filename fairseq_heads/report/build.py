@@ -14,6 +14,7 @@ from . import figures, layout, tables
 from .baseline_seeds import baseline_seed_table
 from .michel import michel_comparison_table
 from .results_folder import Inputs, load_inputs, read_trace  # noqa: F401  (read_trace: the tests)
+from .seed_means import TooFewSeeds, seed_mean_table
 from .tables import MissingInput, Table
 
 
@@ -66,6 +67,18 @@ def _baseline_seeds(inputs: Inputs) -> List[Tuple[str, Table]]:
         return []
 
 
+def _seed_means(inputs: Inputs, kinds) -> List[Tuple[str, Table]]:
+    """Means over seeds with the seed spread in their intervals, where a contrast has two seeds
+    or more (else no table)."""
+    title = "Means over seeds: intervals holding the seed spread and the test set"
+    try:
+        return [(title, seed_mean_table(inputs.results, inputs.translations, kinds))]
+    except TooFewSeeds:
+        return []
+    except MissingInput as missing:
+        return [(f"{title}: not computed ({missing})", Table([], []))]
+
+
 def _encoder_section(inputs: Inputs, draw: Callable) -> Section:
     shown = tables.headline(inputs.results)
     table = tables.encoder_pruning_table(inputs.results, inputs.curve, inputs.curves)
@@ -75,13 +88,14 @@ def _encoder_section(inputs: Inputs, draw: Callable) -> Section:
                 tables.encoder_sweep_points(shown), curve, more_curves=more)
     return Section("1. Encoder heads: BLEU against heads kept (L0 sweep, decoder frozen) and "
                    "heuristic pruning", [("", table), _differences(inputs, [layout.ENCODER_L0])]
-                   + _michel_comparison(inputs) + _baseline_seeds(inputs),
+                   + _michel_comparison(inputs) + _seed_means(inputs, [layout.ENCODER_L0])
+                   + _baseline_seeds(inputs),
                    [("BLEU against encoder heads kept", name)])
 
 
 def _all_types_section(inputs: Inputs, draw: Callable) -> Section:
     captions = [("", tables.all_types_table(inputs.results)),
-                _differences(inputs, [layout.ALL_L0, layout.FROM_SCRATCH])]
+                _differences(inputs, [layout.ALL_L0, layout.FROM_SCRATCH])] + _seed_means(inputs, [layout.ALL_L0])
     fair = "Trained vs from scratch, converged protocol, per seed"
     try:
         captions += [(fair, tables.trained_vs_scratch_table(inputs.results, inputs.translations)),

@@ -15,6 +15,8 @@ perplexities stay in the table beside it.
 import statistics
 from typing import Dict, List, Optional, Sequence
 
+from .significance import seed_interval
+
 
 def protocol_label(result: dict) -> str:
     """'converged, seed 2' or 'quick' (older files record no protocol: quick)."""
@@ -55,7 +57,9 @@ def scratch_quadruples(results: Sequence[dict]) -> List[Dict[str, dict]]:
 
 def advantage_rows(quadruples: Sequence[Dict[str, dict]]) -> List[List[object]]:
     """Per seed: λ, seed, heads, the four perplexities, both costs (%) and the advantage (points);
-    per λ with several seeds, a row of the means and the range of the advantage over seeds."""
+    per λ with several seeds, a row of the means, the advantage's 95% Student's t interval over
+    the seeds (significance.seed_interval: the perplexities keep no per-block losses, so the
+    test set's own sampling is not in it) and its range over the seeds."""
     rows, by_lambda = [], {}
     for q in quadruples:
         trained_cost = relative_cost(q["trained"]["perplexity"], q["control"]["perplexity"])
@@ -70,9 +74,11 @@ def advantage_rows(quadruples: Sequence[Dict[str, dict]]) -> List[List[object]]:
     for lam, values in by_lambda.items():
         if len(values) > 1:
             advantages = [100 * v[2] for v in values]
+            interval = seed_interval(advantages)
             rows.append([f"{lam:g}", f"mean of {len(values)}", "", None, None, None, None,
                          100 * statistics.fmean(v[0] for v in values), 100 * statistics.fmean(v[1] for v in values),
-                         f"{statistics.fmean(advantages):+.1f} (seeds {min(advantages):+.1f} to {max(advantages):+.1f})"])
+                         f"{interval.delta:+.1f} [{interval.ci_low:+.1f}, {interval.ci_high:+.1f}] "
+                         f"(seeds {min(advantages):+.1f} to {max(advantages):+.1f})"])
     return rows
 
 

@@ -77,11 +77,12 @@ def pruning_cost_table(results: Sequence[dict],
     paper's claim). It takes the two training schedules out of the comparison, which the
     absolute one cannot. A layout with several seeds gets a row of the three contrasts
     averaged over its seeds, and several layouts a row averaged over every pair. Every system
-    shares each bootstrap resample, so the intervals of differences of differences, and of
-    their means, are paired too; they hold the test set's sampling, not the seed's."""
+    shares each bootstrap resample, so the intervals of differences of differences are paired
+    too; a mean's interval adds the spread between the seeds (or pairs) it averages
+    (significance.seed_and_test_interval)."""
     import numpy as np
 
-    from .significance import bootstrap_bleu, contrast, sentence_statistics
+    from .significance import bootstrap_bleu, contrast, seed_mean_contrast, sentence_statistics
 
     pairs = _converged_pairs(results)
     scratch_of = {trained["name"]: scratch for trained, scratch in pairs}
@@ -109,14 +110,16 @@ def pruning_cost_table(results: Sequence[dict],
     index = {r["name"]: i for i, r in enumerate(systems)}
 
     def costs(group: List[List[dict]]) -> List[float]:
-        """The three contrasts averaged over the quadruples of `group` (one seed each)."""
+        """The three contrasts averaged over the quadruples of `group` (one seed each); over two
+        quadruples or more, the interval holds their spread as well as the test set's."""
         cells = []
         for signs in ((1, -1, 0, 0), (0, 0, 1, -1), (1, -1, -1, 1)):
-            weights = np.zeros(len(systems))
-            for quadruple in group:
+            weights = np.zeros((len(group), len(systems)))
+            for row, quadruple in enumerate(group):
                 for model, sign in zip(quadruple, signs):
-                    weights[index[model["name"]]] += sign / len(group)
-            cost = contrast(full, resampled, weights)
+                    weights[row, index[model["name"]]] += sign
+            cost = contrast(full, resampled, weights[0]) if len(group) == 1 else \
+                seed_mean_contrast(full, resampled, weights)
             cells += [cost.delta, cost.ci_low, cost.ci_high]
         return cells
 
@@ -149,8 +152,9 @@ def pruning_cost_table(results: Sequence[dict],
                  "trained's advantage = cost from trained - cost from scratch (> 0: pruning the "
                  f"trained model loses less); paired bootstrap over the test sentences, {samples} "
                  "resamples shared by all models; a 'mean of' row averages its seeds' (or pairs') "
-                 "contrasts, and its interval holds the test set's sampling only, not the seed's: "
-                 "the seed spread is the rows above it")
+                 "contrasts, and its interval holds their spread as well as the test set's sampling "
+                 "(the mean ± √((t·s/√n)² + (1.96·bootstrap se)²), docs/pruning.md, 'Means over "
+                 "seeds')")
 
 
 def seed_summary_table(results: Sequence[dict]) -> Table:
