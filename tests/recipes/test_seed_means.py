@@ -167,3 +167,22 @@ def test_the_report_shows_the_table_with_seeds_and_not_without(tmp_path):
         build_report(str(folder))
     assert "Means over seeds" in (three / "tables.md").read_text()
     assert "Means over seeds" not in (one / "tables.md").read_text()
+
+
+def test_quick_protocol_seeds_of_their_own_baselines_pair_by_seed():
+    """The GPU queue's seeds (`--set train.seed=N`): a baseline, control and L0 model per seed,
+    named _sN from seed 2 on; each L0 model is measured against its own seed's control."""
+    results = []
+    for seed, suffix in ((1, ""), (2, "_s2"), (3, "_s3")):
+        for name, lam, kept in (("enc_l0_0", 0.0, {}), ("enc_l0_0.01", 0.01, ENC_2)):
+            results.append(model_result(name + suffix, "encoder_l0", 0.0, kept, lam))
+            results[-1].update(seed=seed, protocol="quick", gate_lr_scale=1000)
+    drops = {"enc_l0_0": 0, "enc_l0_0.01": 4, "enc_l0_0_s2": 2, "enc_l0_0.01_s2": 3, "enc_l0_0_s3": 1,
+             "enc_l0_0.01_s3": 5}
+    translations = {name: ([" ".join(r.split()[:-2]) if i < drop else r for i, r in enumerate(REFERENCES)],
+                           REFERENCES) for name, drop in drops.items()}
+    score = {name: BLEU().corpus_score(h, [r]).score for name, (h, r) in translations.items()}
+    table = seed_mean_table(results, translations, samples=100)
+    assert [row[:3] for row in table.rows] == [["encoder_l0 λ=0.01 − control (quick)", "1 2 3", "2 2 2"]]
+    deltas = [score["enc_l0_0.01" + s] - score["enc_l0_0" + s] for s in ("", "_s2", "_s3")]
+    assert table.rows[0][4] == pytest.approx(np.mean(deltas))
