@@ -12,7 +12,6 @@ trained from scratch, and the full layout trained from scratch (seed s):
 The relative form takes the two training schedules out of the comparison; the absolute
 perplexities stay in the table beside it.
 """
-import statistics
 from typing import Dict, List, Optional, Sequence
 
 from .significance import seed_interval
@@ -57,7 +56,7 @@ def scratch_quadruples(results: Sequence[dict]) -> List[Dict[str, dict]]:
 
 def advantage_rows(quadruples: Sequence[Dict[str, dict]]) -> List[List[object]]:
     """Per seed: λ, seed, heads, the four perplexities, both costs (%) and the advantage (points);
-    per λ with several seeds, a row of the means, the advantage's 95% Student's t interval over
+    per λ with several seeds, a row of the three means, each with its 95% Student's t interval over
     the seeds (significance.seed_interval: the perplexities keep no per-block losses, so the
     test set's own sampling is not in it) and its range over the seeds."""
     rows, by_lambda = [], {}
@@ -73,12 +72,13 @@ def advantage_rows(quadruples: Sequence[Dict[str, dict]]) -> List[List[object]]:
                      q["full_scratch"]["perplexity"], 100 * trained_cost, 100 * scratch_cost, 100 * advantage])
     for lam, values in by_lambda.items():
         if len(values) > 1:
-            advantages = [100 * v[2] for v in values]
-            interval = seed_interval(advantages)
-            rows.append([f"{lam:g}", f"mean of {len(values)}", "", None, None, None, None,
-                         100 * statistics.fmean(v[0] for v in values), 100 * statistics.fmean(v[1] for v in values),
-                         f"{interval.delta:+.1f} [{interval.ci_low:+.1f}, {interval.ci_high:+.1f}] "
-                         f"(seeds {min(advantages):+.1f} to {max(advantages):+.1f})"])
+            cells = []
+            for column in range(3):
+                per_seed = [100 * v[column] for v in values]
+                interval = seed_interval(per_seed)
+                cells.append(f"{interval.delta:+.1f} [{interval.ci_low:+.1f}, {interval.ci_high:+.1f}] "
+                             f"(seeds {min(per_seed):+.1f} to {max(per_seed):+.1f})")
+            rows.append([f"{lam:g}", f"mean of {len(values)}", "", None, None, None, None, *cells])
     return rows
 
 

@@ -281,8 +281,9 @@ def build_lm_tables(results_dir: str) -> str:
         lines += ["## 7. Trained vs scratch, each against its own full layout (converged protocol)", "",
                   "Cost from trained: the pruned model's perplexity over its seed's λ=0 control's; cost "
                   "from scratch: the layout from scratch over the full layout from scratch (the same seed, "
-                  "schedule and patience). Advantage > 0: pruning the trained model lost less. A mean "
-                  "row's interval is Student's t over its seeds; the test set's sampling is not in it.", "",
+                  "schedule and patience). Advantage > 0: pruning the trained model lost less. A mean row gives "
+                  "each column's mean, its 95% Student's t interval over the seeds (the test set's sampling is not "
+                  "in it) and its range over the seeds.", "",
                   "| " + " | ".join(ADVANTAGE_COLUMNS) + " |", "|" + "---|" * len(ADVANTAGE_COLUMNS)]
         lines += ["| " + " | ".join(_fmt(cell) if isinstance(cell, float) else ("–" if cell is None else str(cell))
                                     for cell in row) + " |" for row in advantage_rows(quadruples)]

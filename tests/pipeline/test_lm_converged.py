@@ -42,9 +42,12 @@ def test_each_side_is_measured_against_its_own_full_layout():
     assert rows[0][:3] == ["0.5", 1, "3/8"] and rows[1][:2] == ["0.5", 2]
     assert rows[0][7:] == pytest.approx([10.0, 20.0, 10.0])
     assert rows[1][7:] == pytest.approx([20.0, 10.0, -10.0])
-    assert rows[2][:2] == ["0.5", "mean of 2"] and rows[2][7:9] == pytest.approx([15.0, 15.0])
-    # Student's t over the two seeds: sd 10·√2, so ±t_1(0.975)·10 = ±127.1 points
-    assert rows[2][9] == "+0.0 [-127.1, +127.1] (seeds -10.0 to +10.0)"
+    # Student's t over the two seeds: costs 10 and 20 (sd 5·√2), ±t_1(0.975)·5 = ±63.5 points;
+    # advantages +10 and -10 (sd 10·√2), ±127.1
+    assert rows[2][:2] == ["0.5", "mean of 2"]
+    assert rows[2][7:] == ["+15.0 [-48.5, +78.5] (seeds +10.0 to +20.0)",
+                           "+15.0 [-48.5, +78.5] (seeds +10.0 to +20.0)",
+                           "+0.0 [-127.1, +127.1] (seeds -10.0 to +10.0)"]
 
 
 def test_the_toy_lm_runs_the_converged_protocol_with_the_full_layout_from_scratch(tmp_path):
