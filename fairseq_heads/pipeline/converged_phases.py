@@ -1,13 +1,29 @@
 """The converged protocol's phases as options and small steps, shared by the translation
 (nmt_converged.py) and language-model (lm_converged.py) recipes: each recipe adds its own model,
 criterion and scoring; the protocol itself (recipes/README.md, "protocols") is written once.
-`v` is either recipe's protocol section (Converged or LmConverged: the same field names)."""
+`v` is either recipe's protocol section (Converged or LmConverged: a `ConvergedProtocol`)."""
 import os
 import shutil
-from typing import List
+from dataclasses import dataclass
+from typing import List, Tuple
 
 from .fairseq_steps import run_fairseq_heads
 from .runner import StepContext
+
+@dataclass(frozen=True)
+class ConvergedProtocol:
+    """The settings both recipes' converged protocols share (the toy scale's defaults); each
+    recipe's section adds its own (nmt_converged.Converged, lm_converged.LmConverged)."""
+    seeds: Tuple[int, ...] = ()       # the L0 models' training seeds; empty: the quick protocol
+    validate_updates: int = 5
+    plateau_validations: int = 2
+    plateau_loss_tolerance: float = 0.005
+    patience: int = 2
+    l0_max_updates: int = 40
+    fixed_mask_max_updates: int = 30
+    scratch_max_updates: int = 60
+    scratch_lambdas: Tuple[float, ...] = ()  # λs whose layouts are also trained from scratch (0: every head)
+
 
 # The protocol's settings each phase reads. A phase's key has these only, so that raising one
 # phase's cap re-runs that phase and what reads it, not the phases before it.

@@ -22,26 +22,18 @@ translation recipe's protocol (nmt_converged.py) on a decoder-only LM. Per L0 mo
 """
 import os
 from dataclasses import asdict, dataclass
-from typing import List, Tuple
+from typing import List
 
 from .config import settings_except
-from .converged_phases import (fixed_mask_phase_options, l0_phase_options, phase_settings, result_record,
-                               validations, write_l0_mask)
+from .converged_phases import (ConvergedProtocol, fixed_mask_phase_options, l0_phase_options, phase_settings,
+                               result_record, validations, write_l0_mask)
 from .fairseq_steps import train_argv
 from .runner import Step, StepContext
 
 
 @dataclass(frozen=True)
-class LmConverged:
-    seeds: Tuple[int, ...] = ()       # the L0 models' training seeds; empty: the quick protocol
-    validate_updates: int = 5
-    plateau_validations: int = 2
-    plateau_loss_tolerance: float = 0.005
-    patience: int = 2
-    l0_max_updates: int = 40
-    fixed_mask_max_updates: int = 30
+class LmConverged(ConvergedProtocol):
     scratch_max_updates: int = 80
-    scratch_lambdas: Tuple[float, ...] = ()  # λs whose layouts are also trained from scratch (0: every head)
 
 
 def converged_name(lam: float, seed: int, suffix: str) -> str:

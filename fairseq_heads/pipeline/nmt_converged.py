@@ -33,22 +33,14 @@ from ..convergence import Validation, validation_line
 from ..files import write_text_atomic
 from .fairseq_steps import train_argv, training_summary
 from .nmt_config import ALL_TYPES, BASELINE_CHECKPOINT, l0_settings, lambda_name, train_settings
-from .converged_phases import (fixed_mask_phase_options, l0_phase_options, phase_settings, result_record,
-                               validations, write_l0_mask)
+from .converged_phases import (ConvergedProtocol, fixed_mask_phase_options, l0_phase_options, phase_settings,
+                               result_record, validations, write_l0_mask)
 from .runner import Step, StepContext
 
 
 @dataclass(frozen=True)
-class Converged:
-    seeds: Tuple[int, ...] = ()       # the L0 models' training seeds; empty: the quick protocol
-    validate_updates: int = 5
-    plateau_validations: int = 2
-    plateau_loss_tolerance: float = 0.005
-    patience: int = 2
-    l0_max_updates: int = 40
-    fixed_mask_max_updates: int = 30
-    scratch_max_updates: int = 60
-    scratch_lambdas: Tuple[float, ...] = ()  # all-types λs (0: the full layout) also trained from scratch
+class Converged(ConvergedProtocol):
+    # scratch_lambdas: all-types λs only (an encoder model's layout is not trained from scratch)
     michel_metrics: Tuple[str, ...] = ()     # for each encoder L0 model (λ > 0): the top-K encoder heads
                                              # by each of these metrics, K its heads, fine-tuned alike
     decode_speed: bool = False               # for each encoder L0 model (λ > 0): its decoding speed-up
