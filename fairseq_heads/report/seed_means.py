@@ -16,6 +16,7 @@ from .layout import ALL_L0, ENCODER_L0, HEURISTIC, protocol_of
 from .michel import heuristic_metric
 from .table_basics import MissingInput, Table, by_kind, format_lambda
 
+
 class TooFewSeeds(MissingInput):
     """No contrast has two seeds: a folder of one seed, which the report shows without this table."""
 
