@@ -59,7 +59,7 @@ def build_runner(args):
     from .config import apply_overrides
     from .pack import pack
     from .recipes import RECIPES, corpus_files, recipe_steps
-    from .runner import Runner
+    from .runner import Runner, compute_keys
 
     scales = RECIPES[args.recipe]
     if args.scale not in scales:
@@ -70,6 +70,11 @@ def build_runner(args):
     data_root = os.path.abspath(args.data_root or default_data_root())
     user_dir = os.path.dirname(os.path.abspath(package_file))
     steps = recipe_steps(config, data_root, user_dir)
+    try:
+        compute_keys(steps)
+    except ValueError as error:  # settings whose steps do not fit together
+        sets = "".join(f" --set {override}" for override in args.overrides)
+        raise CommandError(f"recipe {args.recipe} --scale {args.scale}{sets}: {error}") from None
     if args.pack and not args.pack.endswith(".tar.gz"):
         raise CommandError(f"--pack {args.pack}: the archive's name must end in .tar.gz")
     run_name = packed_run_name(args.recipe, args.scale, config)

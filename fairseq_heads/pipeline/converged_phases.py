@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import List, Tuple
 
 from .fairseq_steps import run_fairseq_heads
-from .runner import StepContext
+from .runner import Step, StepContext
 
 @dataclass(frozen=True)
 class ConvergedProtocol:
@@ -70,6 +70,19 @@ def fixed_mask_phase_options(v, context: StepContext, name: str, mask: str) -> L
     shutil.copy2(context.path(f"models/{name}_l0/validations.jsonl"), os.path.join(context.out, "validations_l0.jsonl"))
     return ["--finetune-from-model", context.path(f"models/{name}_l0/checkpoint_last.pt"),
             "--head-mask", context.path(mask), "--max-update", v.fixed_mask_max_updates, "--patience", v.patience]
+
+
+def phase_steps(name: str, settings: dict, v, baseline: str, l0_phase, fixed_mask_phase) -> List[Step]:
+    """One converged model's training: `<name>_l0` (L0_PHASE, from the step BASELINE's model),
+    `mask_<name>` (its open heads), then `<name>` (FIXED_MASK_PHASE with that mask); each phase's
+    key holds SETTINGS and only the protocol settings it reads (PHASE_SETTINGS)."""
+    return [
+        Step(f"{name}_l0", f"models/{name}_l0", {**settings, "converged": phase_settings(v, "l0")},
+             inputs=("data", baseline), command=l0_phase, resumable=True),
+        Step(f"mask_{name}", f"masks/{name}", {}, inputs=(f"{name}_l0",), call=write_l0_mask(name)),
+        Step(name, f"models/{name}", {**settings, "converged": phase_settings(v, "fixed_mask")},
+             inputs=("data", f"{name}_l0", f"mask_{name}"), command=fixed_mask_phase, resumable=True),
+    ]
 
 
 def result_record(v, seed: int, name: str) -> List[object]:

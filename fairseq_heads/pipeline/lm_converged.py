@@ -26,7 +26,7 @@ from typing import List
 
 from .config import settings_except
 from .converged_phases import (ConvergedProtocol, fixed_mask_phase_options, l0_phase_options, phase_settings,
-                               result_record, validations, write_l0_mask)
+                               phase_steps, result_record, validations)
 from .fairseq_steps import train_argv
 from .runner import Step, StepContext
 
@@ -63,12 +63,7 @@ def lm_converged_steps(lm, lam: float, seed: int) -> List[Step]:
         return train_argv(lm.data_bin(context), gated(context) + [
             "--criterion", "cross_entropy", *fixed_mask_phase_options(v, context, name, mask)])
 
-    steps = [
-        Step(f"{name}_l0", f"models/{name}_l0", {**settings, "converged": phase_settings(v, "l0")},
-             inputs=("data", f"baseline{s}"), command=l0_phase, resumable=True),
-        Step(f"mask_{name}", f"masks/{name}", {}, inputs=(f"{name}_l0",), call=write_l0_mask(name)),
-        Step(name, f"models/{name}", {**settings, "converged": phase_settings(v, "fixed_mask")},
-             inputs=("data", f"{name}_l0", f"mask_{name}"), command=fixed_mask_phase, resumable=True),
+    steps = phase_steps(name, settings, v, f"baseline{s}", l0_phase, fixed_mask_phase) + [
         Step(f"result_{name}", f"results/{name}", {"batch_size": c.batch_size},
              inputs=("data", name), call=lm.result_call(name, lam, checkpoint=f"models/{name}/checkpoint_best.pt",
                                                         options=result_record(v, seed, name))),

@@ -8,7 +8,8 @@ plus what that study added:
                        docs/metrics.md), positional and previous-token on the same blocks
     mask_l0_<λ>        for the λs of `scratch_lambdas`: the L0 model's open heads;
     scratch_l0_<λ>     that layout trained from scratch for baseline + fine-tune updates (the same
-                       budget), scored by result_scratch_l0_<λ>
+                       budget), scored by result_scratch_l0_<λ>; the quick protocol's only: the
+                       converged one (`converged.seeds`) has its own, `converged.scratch_lambdas`
 
 Other settings of that study are `--set`s: `data.corpus=wikitext2 data.source=wikitext2`,
 `data.repeat_spans=true` (with `data.repeat_prob`), `model.layers=2 model.heads=4 model.dim=128
@@ -63,7 +64,7 @@ class LmEnglishSteps(LmSteps):
                 Step(f"stats_pud{s}", f"stats/baseline_pud{s}", asdict(c.stats), inputs=("pud", f"baseline{s}"),
                      call=self.run_stats_pud),
             ]
-        for lam in c.scratch_lambdas:
+        for lam in () if c.converged.seeds else c.scratch_lambdas:
             if lam in c.l0.lambdas or (lam == 0 and c.l0.control):
                 steps += self.scratch_steps(f"l0_{format(lam, 'g')}{s}")
         return steps + [Step(report.name, report.out, report.settings,

@@ -34,7 +34,7 @@ from ..files import write_text_atomic
 from .fairseq_steps import train_argv, training_summary
 from .nmt_config import ALL_TYPES, BASELINE_CHECKPOINT, l0_settings, lambda_name, train_settings
 from .converged_phases import (ConvergedProtocol, fixed_mask_phase_options, l0_phase_options, phase_settings,
-                               result_record, validations, write_l0_mask)
+                               phase_steps, result_record, validations)
 from .runner import Step, StepContext
 
 
@@ -74,12 +74,7 @@ def converged_steps(nmt, side: str, lam: float, seed: int) -> List[Step]:
         return train_argv(nmt.data_bin(context), gated(context) + [
             "--criterion", "label_smoothed_cross_entropy", *fixed_mask_phase_options(v, context, name, mask)])
 
-    steps = [
-        Step(f"{name}_l0", f"models/{name}_l0", {**settings, "converged": phase_settings(v, "l0")},
-             inputs=("data", f"baseline{s}"), command=l0_phase, resumable=True),
-        Step(f"mask_{name}", f"masks/{name}", {}, inputs=(f"{name}_l0",), call=write_l0_mask(name)),
-        Step(name, f"models/{name}", {**settings, "converged": phase_settings(v, "fixed_mask")},
-             inputs=("data", f"{name}_l0", f"mask_{name}"), command=fixed_mask_phase, resumable=True),
+    steps = phase_steps(name, settings, v, f"baseline{s}", l0_phase, fixed_mask_phase) + [
         nmt.bleu_step(name, kind, lam, checkpoint="checkpoint_best.pt", inputs=(f"mask_{name}",), head_mask=mask,
                       result_options=result_record(v, seed, name)),
     ]

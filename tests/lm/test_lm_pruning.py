@@ -7,6 +7,7 @@ import torch
 from fairseq import checkpoint_utils
 
 from core.helpers import USER_DIR, run_cli
+from llama.helpers import full_lprobs, incremental_lprobs, random_tokens
 from fairseq_heads.compat import patch_fairseq_checkpoint_loading
 from fairseq_heads.gating.head_masks import apply_head_mask
 from fairseq_heads.models.gated_transformer import iter_gates
@@ -22,26 +23,9 @@ def load(path):
     return model.eval()
 
 
-def tokens(model, seed=0, batch=3, length=20):
-    g = torch.Generator().manual_seed(seed)
-    vocab = len(model.decoder.dictionary)
-    out = torch.randint(4, vocab, (batch, length), generator=g)
-    out[:, 0] = model.decoder.dictionary.eos()
-    return out
-
-
-def full_lprobs(model, x):
-    with torch.no_grad():
-        return model.get_normalized_probs(model(x), log_probs=True)
-
-
-def incremental_lprobs(model, x):
-    state, steps = {}, []
-    with torch.no_grad():
-        for t in range(x.size(1)):
-            steps.append(model.get_normalized_probs(model.decoder(x[:, : t + 1], incremental_state=state),
-                                                    log_probs=True))
-    return torch.cat(steps, dim=1)
+def tokens(model, seed=0):
+    dictionary = model.decoder.dictionary
+    return random_tokens(len(dictionary), length=20, seed=seed, eos=dictionary.eos())
 
 
 def greedy(model, x, steps=12):

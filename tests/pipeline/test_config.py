@@ -48,6 +48,32 @@ def test_every_registered_recipe_and_scale_builds_its_steps_with_keys():
             assert set(compute_keys(steps)) == set(names), (name, scale)
 
 
+def test_every_recipe_with_a_protocol_section_builds_under_the_converged_protocol_too():
+    # the quick protocol's own steps (lm_english's scratch_lambdas) must not read the quick
+    # models the converged protocol replaces
+    for name, scales in RECIPES.items():
+        for scale, config in scales.items():
+            if hasattr(config, "converged"):
+                steps = recipe_steps(apply_overrides(config, ["converged.seeds=1,2"]), "/data", "/user_dir")
+                assert any(step.name.endswith("_conv_s2") for step in steps), (name, scale)
+                assert set(compute_keys(steps)) == {step.name for step in steps}, (name, scale)
+
+
+def test_steps_that_do_not_fit_together_are_a_one_line_error_naming_the_recipe_and_its_sets(monkeypatch):
+    import argparse
+
+    from fairseq_heads.pipeline import command, recipes
+    from fairseq_heads.pipeline.runner import Step
+
+    monkeypatch.setattr(recipes, "recipe_steps", lambda *_: [Step("b", "b", {}, inputs=("a",), call=print),
+                                                             Step("a", "a", {}, call=print)])
+    args = argparse.Namespace(recipe="lm_english", scale="toy", overrides=["train.seed=2"], data_root="/data",
+                              pack=None, only=None, jobs=1, results="/nowhere", dry_run=True)
+    with pytest.raises(CommandError) as error:
+        command.build_runner(args)
+    assert str(error.value) == "recipe lm_english --scale toy --set train.seed=2: step b reads a, not declared before it"
+
+
 from fairseq_heads.pipeline import compute_keys  # noqa: E402
 from fairseq_heads.pipeline.recipes import LM_MARKOV_CONVERGED, LM_TOY, MULTI30K_CONVERGED, recipe_steps  # noqa: E402
 
