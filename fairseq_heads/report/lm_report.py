@@ -245,11 +245,16 @@ def build_lm_tables(results_dir: str) -> str:
                       "Intervals: resampling blocks (the heads fixed: the metrics' sampling noise), and "
                       "over heads (Fisher z, variance 1.06/(n − 3); docs/metrics.md).", "",
                       "| pair | Spearman [blocks] | [heads] | within-layer mean |", "|---|---|---|---|"]
+            constant = [pair for pair, cell in agreement.items() if cell.get("spearman") is None]
             for pair, cell in agreement.items():
+                if pair in constant:
+                    continue
                 low, high = head_level_interval(cell)
                 within = (cell.get("within_layer") or {}).get("spearman_mean")
                 lines.append(f"| {pair} | {_fmt(cell['spearman'])} [{_fmt(cell['ci_low'])}, {_fmt(cell['ci_high'])}] "
                              f"| [{_fmt(low)}, {_fmt(high)}] | {_fmt(within)} |")
+            if constant:  # e.g. gate_p_open of a baseline whose gates are all fixed open
+                lines += ["", "No rank correlation (a metric equal on every head): " + ", ".join(constant) + "."]
             lines.append("")
 
     induction_rows = []
@@ -273,7 +278,8 @@ def build_lm_tables(results_dir: str) -> str:
         for s in scratch:
             trained = next((r for r in l0 if r["name"] == s["from_model"]), None)
             lines.append(f"| {s['from_model']} | {s['heads_kept']} | "
-                         f"{_fmt(trained['perplexity']) if trained else '–'} ({trained['updates'] if trained else '–'}) | "
+                         f"{_fmt(trained['perplexity']) if trained else '–'} "
+                         f"({(training_updates(trained) or trained['updates']) if trained else '–'}) | "
                          f"{_fmt(s['perplexity'])} ({training_updates(s) or s['updates']}) |")
         lines.append("")
     quadruples = scratch_quadruples(results)

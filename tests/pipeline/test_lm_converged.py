@@ -78,4 +78,8 @@ def test_the_toy_lm_runs_the_converged_protocol_with_the_full_layout_from_scratc
     assert "| 0.5 | converged, seed 2 |" in tables
     assert "## 7. Trained vs scratch, each against its own full layout" in tables
     assert "| 0.5 | 2 | " in tables.split("## 7.")[1]
+    # the layout's two sides with their whole training: both phases of the pruned model
+    pruned = read("l0_0.5_conv_s2")
+    assert (f"| l0_0.5_conv_s2 | {pruned['heads_kept']} | {pruned['perplexity']:.2f} ({pruned['training']['updates']}) |"
+            in tables.split("## 6.")[1])
     assert not (results / "models" / "l0_0.5").exists()  # no quick-protocol model beside them

@@ -41,3 +41,21 @@ def test_agreement_section_gives_both_intervals_for_committed_files():
     assert "| pair | Spearman [blocks] | [heads] | within-layer mean |" in tables
     # confidence~LRP over 8 heads: 0.88 [0.86, 0.93] resampling blocks, Fisher z over heads
     assert "| confidence~lrp | 0.88 [0.86, 0.93] | [0.44, 0.98] | – |" in tables
+
+
+def test_a_pair_with_a_constant_metric_is_named_not_tabled_as_dashes(tmp_path):
+    import json
+    import shutil
+
+    results = tmp_path / "lm"
+    shutil.copytree(RESULTS, results)
+    path = results / "stats" / "baseline" / "agreement.json"
+    agreement = json.loads(path.read_text())
+    # a baseline whose gates are all fixed open: gate_p_open is 1 on every head, no ranking
+    agreement["dec-self"]["confidence~gate_p_open"] = {"spearman": None, "ci_low": None, "ci_high": None,
+                                                       "num_heads": 8, "fisher_z_ci": [None, None]}
+    path.write_text(json.dumps(agreement))
+    tables = build_lm_tables(str(results))
+    assert "| confidence~gate_p_open |" not in tables
+    assert "No rank correlation (a metric equal on every head): confidence~gate_p_open." in tables
+    assert "| confidence~lrp | 0.88 [0.86, 0.93] | [0.44, 0.98] | – |" in tables
