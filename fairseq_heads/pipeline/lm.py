@@ -157,21 +157,24 @@ class LmSteps:
             Step(f"stats{s}", f"stats/baseline{s}", _asdict(c.stats), inputs=("data", f"baseline{s}"),
                  call=self.stats_call(None)),
         ]
-        for lam in c.l0.lambdas + ((0.0,) if c.l0.control else ()):
-            if c.converged.seeds:  # lm_converged.py: L0 to the plateau, fixed mask to patience
-                steps += [step for seed in c.converged.seeds for step in lm_converged_steps(self, lam, seed)]
-                continue
-            name = f"l0_{format(lam, 'g')}{s}"
-            steps += [
-                Step(name, f"models/{name}", {**model, "l0": settings_except(c.l0, "lambdas", "control"),
-                                              "lambda": lam},
-                     inputs=("data", f"baseline{s}"), command=self.l0_command(lam), resumable=True),
-                Step(f"pruned_{name}", f"models/pruned_{name}", {}, inputs=(name,), call=self.prune_call(name)),
-                Step(f"result_{name}", f"results/{name}", {"batch_size": c.batch_size},
-                     inputs=("data", f"pruned_{name}"), call=self.result_call(name, lam)),
-                Step(f"stats_{name}", f"stats/{name}", _asdict(c.stats), inputs=("data", name),
-                     call=self.stats_call(name)),
-            ]
+        lambdas = c.l0.lambdas + ((0.0,) if c.l0.control else ())
+        if c.converged.seeds:  # lm_converged.py: L0 to the plateau, fixed mask to patience; seed by
+            # seed, each seed's models and controls before the next's (the runner starts steps in order)
+            steps += [step for seed in c.converged.seeds for lam in lambdas
+                      for step in lm_converged_steps(self, lam, seed)]
+        else:  # the quick protocol: a fixed number of updates
+            for lam in lambdas:
+                name = f"l0_{format(lam, 'g')}{s}"
+                steps += [
+                    Step(name, f"models/{name}", {**model, "l0": settings_except(c.l0, "lambdas", "control"),
+                                                  "lambda": lam},
+                         inputs=("data", f"baseline{s}"), command=self.l0_command(lam), resumable=True),
+                    Step(f"pruned_{name}", f"models/pruned_{name}", {}, inputs=(name,), call=self.prune_call(name)),
+                    Step(f"result_{name}", f"results/{name}", {"batch_size": c.batch_size},
+                         inputs=("data", f"pruned_{name}"), call=self.result_call(name, lam)),
+                    Step(f"stats_{name}", f"stats/{name}", _asdict(c.stats), inputs=("data", name),
+                         call=self.stats_call(name)),
+                ]
         for metric in c.curve.metrics:
             steps.append(Step(f"curve_{metric}{s}", f"curves/{metric}{s}",
                               {"curve": settings_except(c.curve, "metrics"), "batch_size": c.batch_size},

@@ -28,7 +28,7 @@ from .config import settings_except
 from .fairseq_steps import generate, run_fairseq_heads, train_argv, training_summary
 from .nmt_config import (ALL_TYPES, BASELINE_CHECKPOINT, L0, Curve, Data, Generate, Model, Stats, Syntax,
                          Train, l0_settings, lambda_name, train_settings)
-from .nmt_converged import Converged, converged_steps
+from .nmt_converged import Converged, converged_sweep
 from .runner import Step, StepContext
 
 @dataclass(frozen=True)
@@ -124,17 +124,17 @@ class NmtSteps:
         if c.l0.control:
             lambdas += [(side, 0.0) for side in ("enc", "all") if (side == "enc" and c.l0.encoder_lambdas)
                         or (side == "all" and c.l0.all_lambdas)]
-        for side, lam in lambdas:
-            if c.converged.seeds:  # nmt_converged.py: L0 to the plateau, fixed mask to patience
-                steps += [step for seed in c.converged.seeds for step in converged_steps(self, side, lam, seed)]
-                continue
-            name = f"{side}_l0_{lambda_name(lam)}{s}"
-            steps.append(Step(name, f"models/{name}", {"l0": l0_settings(c.l0), "side": side, "lambda": lam,
-                                                       "size": _asdict(c.model), "train": train_settings(c.train)},
-                              inputs=("data", f"baseline{s}"), command=self.l0_command(side, lam),
-                              resumable=True))
-            steps.append(self.bleu_step(name, "encoder_l0" if side == "enc" else "all_l0", lam,
-                                        inputs=(f"baseline{s}",)))
+        if c.converged.seeds:  # nmt_converged.py: L0 to the plateau, fixed mask to patience
+            steps += converged_sweep(self, lambdas, c.converged.seeds)
+        else:  # the quick protocol: a fixed number of updates
+            for side, lam in lambdas:
+                name = f"{side}_l0_{lambda_name(lam)}{s}"
+                steps.append(Step(name, f"models/{name}", {"l0": l0_settings(c.l0), "side": side, "lambda": lam,
+                                                           "size": _asdict(c.model), "train": train_settings(c.train)},
+                                  inputs=("data", f"baseline{s}"), command=self.l0_command(side, lam),
+                                  resumable=True))
+                steps.append(self.bleu_step(name, "encoder_l0" if side == "enc" else "all_l0", lam,
+                                            inputs=(f"baseline{s}",)))
         for metric in c.curve.metrics:
             steps.append(Step(f"curve_{metric}{s}", f"curves/{metric}{s}", {"curve": settings_except(c.curve, "metrics"),
                                                                            "generate": _asdict(c.generate)},

@@ -47,8 +47,23 @@ class Converged(ConvergedProtocol):
                                              # pruned against masked, beside the FLOP prediction
 
 
-def converged_steps(nmt, side: str, lam: float, seed: int) -> List[Step]:
-    """The steps of one converged L0 model (and its from-scratch twin); `nmt` is the recipe's NmtSteps."""
+def converged_sweep(nmt, lambdas: List[Tuple[str, float]], seeds: Tuple[int, ...]) -> List[Step]:
+    """The converged models of every (side, λ) in LAMBDAS for every seed, seed by seed: a seed's
+    L0 models and their controls come before the next seed's (the runner starts steps in list
+    order, so a stopped sweep leaves whole seeds), and the comparisons of them all (Michel et
+    al.'s heuristic, decoding speed) after every model."""
+    models, comparisons = [], []
+    for seed in seeds:
+        for side, lam in lambdas:
+            own, compared = converged_steps(nmt, side, lam, seed)
+            models += own
+            comparisons += compared
+    return models + comparisons
+
+
+def converged_steps(nmt, side: str, lam: float, seed: int) -> Tuple[List[Step], List[Step]]:
+    """The steps of one converged L0 model (and its from-scratch twin), and those that compare it
+    (Michel et al.'s heuristic at its size, its decoding speed); `nmt` is the recipe's NmtSteps."""
     c, v, s = nmt.c, nmt.c.converged, nmt.suffix
     name = f"{side}_l0_{lambda_name(lam)}_conv_s{seed}{s}"
     kind, types, extra = (("encoder_l0", "enc-self", ["--freeze-decoder"]) if side == "enc"
@@ -80,12 +95,13 @@ def converged_steps(nmt, side: str, lam: float, seed: int) -> List[Step]:
     ]
     if side == "all" and lam in v.scratch_lambdas:
         steps += scratch_steps(nmt, name, lam, seed, mask)
+    comparisons = []
     if side == "enc" and lam > 0:
         for metric in v.michel_metrics:
-            steps += heuristic_steps(nmt, name, metric, seed, gated)
+            comparisons += heuristic_steps(nmt, name, metric, seed, gated)
         if v.decode_speed:
-            steps.append(speed_step(nmt, name, mask))
-    return steps
+            comparisons.append(speed_step(nmt, name, mask))
+    return steps, comparisons
 
 
 def speed_step(nmt, name: str, mask: str) -> Step:

@@ -1,5 +1,7 @@
 """--set on the recipes' frozen configs: values parsed by each field's type, one-line errors that
 name the setting, the config left as it was."""
+import re
+
 import pytest
 
 from fairseq_heads.errors import CommandError
@@ -123,8 +125,6 @@ def closure(steps, roots):
 
 @pytest.mark.parametrize("config", [MULTI30K_CONVERGED, LM_MARKOV_CONVERGED])
 def test_raising_a_phases_cap_reruns_that_phase_and_what_reads_it_not_the_l0_phase(config):
-    import re
-
     steps = {s.name: s for s in recipe_steps(config, "/data", "/user_dir")}
     before, after = keys(config), keys(config, "converged.fixed_mask_max_updates=20000")
     changed = {name for name in before if before[name] != after[name]}
@@ -176,3 +176,17 @@ def test_a_training_summary_of_epochs_shorter_than_fairseqs_one_second_wall_stil
     summary = training_summary(str(log))
     assert summary["target_tokens_per_second"] == 4000 and summary["train_wall_seconds"] == 0
     assert summary["steady_target_tokens_per_second"] is None
+
+
+@pytest.mark.parametrize("config", [MULTI30K_CONVERGED, LM_MARKOV_CONVERGED])
+def test_a_converged_sweep_runs_seed_by_seed_and_its_comparisons_last(config):
+    # the runner starts ready steps in list order: a sweep stopped part-way leaves whole seeds,
+    # each L0 model with its λ=0 control, before any Michel or speed comparison
+    names = [step.name for step in recipe_steps(config, "/data", "/user_dir")]
+    trained = [n for n in names if re.fullmatch(r"((enc|all)_)?l0_[\d.]+_conv_s\d+", n)]
+    seeds = [int(n.rsplit("_s", 1)[1]) for n in trained]
+    assert seeds == sorted(seeds) and set(seeds) == set(config.converged.seeds)
+    assert {n.split("_conv")[0].endswith("l0_0") for n in trained[:2]} == {True, False}  # a model and its control
+    comparisons = [i for i, n in enumerate(names) if n.startswith(("michel_", "mask_michel_", "speed_"))]
+    assert not comparisons or min(comparisons) > max(names.index(n) for n in trained)
+    assert bool(comparisons) == bool(getattr(config.converged, "michel_metrics", ()))
