@@ -37,6 +37,16 @@ def relative_cost(perplexity: float, reference: float) -> float:
     return perplexity / reference - 1.0
 
 
+def control_of(result: dict, l0_results: Sequence[dict]) -> Optional[dict]:
+    """The λ=0 model of RESULT's protocol and seed (fine-tuned as long, without a penalty): what
+    a pruned model is measured against, so that the fine-tune's own gain is not counted as the
+    pruning's; None where there is none (or RESULT is it)."""
+    if not result.get("l0_lambda"):
+        return None
+    return next((r for r in l0_results if r.get("l0_lambda") == 0 and protocol_label(r) == protocol_label(result)),
+                None)
+
+
 def scratch_quadruples(results: Sequence[dict]) -> List[Dict[str, dict]]:
     """Every converged L0 model (λ > 0) whose layout, whose seed's control and whose seed's full
     layout were all trained from scratch: {"trained", "control", "scratch", "full_scratch"}."""

@@ -20,8 +20,8 @@ from ..files import write_text_atomic
 from ..numbers import format_number
 from ..stats.table import label_kind, read_json_document
 from .function_tables import head_level_interval
-from .lm_protocol_tables import (ADVANTAGE_COLUMNS, advantage_rows, has_converged, protocol_label,
-                                 scratch_quadruples, training_updates)
+from .lm_protocol_tables import (ADVANTAGE_COLUMNS, advantage_rows, control_of, has_converged, protocol_label,
+                                 relative_cost, scratch_quadruples, training_updates)
 
 FUNCTIONS = ("previous-token", "induction", "duplicate-token", "positional", "rare")
 MODEL_KINDS = ("baseline", "l0", "from_scratch")
@@ -206,20 +206,25 @@ def build_lm_tables(results_dir: str) -> str:
     l0 = sorted((r for r in results if r["kind"] == "l0"),
                 key=lambda r: (protocol_label(r) != "quick", r["l0_lambda"], r.get("seed") or 1))
     protocols = has_converged(l0)  # a protocol column only where there is more than one
+    controls = {r["name"]: control_of(r, l0) for r in l0}
+    controlled = any(controls.values())
     if l0:
         lines += ["## 2. L0 sweep: heads kept, perplexity, surviving functions", "",
                   "| λ | " + ("protocol | updates | " if protocols else "") + "heads kept | perplexity | Δ vs baseline | "
-                  + " | ".join(f"{f} kept" for f in FUNCTIONS)
-                  + " | none kept |", "|" + "---|" * (5 + len(FUNCTIONS) + 2 * protocols)]
+                  + ("Δ vs its λ=0 control | " if controlled else "") + " | ".join(f"{f} kept" for f in FUNCTIONS)
+                  + " | none kept |", "|" + "---|" * (5 + len(FUNCTIONS) + 2 * protocols + controlled)]
         for r in l0:
             kept = {(layer, head) for layer, row in enumerate(r["kept"]) for head in row}
             cells = []
             for f in FUNCTIONS + ("none",):
                 members = [k for k, fs in functions.items() if (f in fs if f != "none" else not fs)]
                 cells.append(f"{sum(k in kept for k in members)}/{len(members)}" if members else "–")
-            protocol = f"{protocol_label(r)} | {training_updates(r) or r.get('updates')} | " if protocols else ""
+            protocol = f"{protocol_label(r)} | {_fmt(training_updates(r) or r.get('updates'))} | " if protocols else ""
+            control = controls[r["name"]]
+            versus_control = (f"{100 * relative_cost(r['perplexity'], control['perplexity']):+.1f}% | " if control
+                              else "– | ") if controlled else ""
             lines.append(f"| {r['l0_lambda']:g} | {protocol}{r['heads_kept']}/{r['heads_total']} | {_fmt(r['perplexity'])} | "
-                         f"{100 * (r['perplexity'] / base_ppl - 1):+.1f}% | " + " | ".join(cells) + " |")
+                         f"{100 * (r['perplexity'] / base_ppl - 1):+.1f}% | {versus_control}" + " | ".join(cells) + " |")
         lines.append("")
 
     curves = read_curves(results_dir)
@@ -232,8 +237,16 @@ def build_lm_tables(results_dir: str) -> str:
         if l0:
             points = [{"heads_kept": r["heads_kept"], "perplexity": r["perplexity"]} for r in l0]
             points.append({"heads_kept": baseline["heads_total"], "perplexity": base_ppl})
-            lines.append(f"| L0 | {most_removable(points, base_ppl, 0.02)} | {most_removable(points, base_ppl, 0.05)} | "
+            lines.append(f"| L0, against the baseline | {most_removable(points, base_ppl, 0.02)} | "
+                         f"{most_removable(points, base_ppl, 0.05)} | "
                          + ", ".join(f"{p['heads_kept']}:{_fmt(p['perplexity'], 1)}" for p in points[:-1]) + " |")
+        if controlled:  # the fine-tune's own gain taken out: each model against its λ=0 control
+            costs = [(r, relative_cost(r["perplexity"], controls[r["name"]]["perplexity"]))
+                     for r in l0 if controls[r["name"]]]
+            lines.append("| L0, each against its λ=0 control | "
+                         + " | ".join(str(max([r["heads_total"] - r["heads_kept"] for r, cost in costs if cost <= tolerance],
+                                              default=0)) for tolerance in (0.02, 0.05))
+                         + " | " + ", ".join(f"{r['heads_kept']}:{100 * cost:+.0f}%" for r, cost in costs) + " |")
         lines.append("")
 
     agreement_path = os.path.join(results_dir, "stats", "baseline", "agreement.json")

@@ -83,3 +83,30 @@ def test_the_toy_lm_runs_the_converged_protocol_with_the_full_layout_from_scratc
     assert (f"| l0_0.5_conv_s2 | {pruned['heads_kept']} | {pruned['perplexity']:.2f} ({pruned['training']['updates']}) |"
             in tables.split("## 6.")[1])
     assert not (results / "models" / "l0_0.5").exists()  # no quick-protocol model beside them
+
+
+def test_the_sweep_and_removable_tables_measure_each_pruned_model_against_its_control(tmp_path):
+    from fairseq_heads.report.lm_report import build_lm_tables
+
+    def write(r):
+        folder = tmp_path / "results" / r["name"]
+        folder.mkdir(parents=True)
+        (folder / "result.json").write_text(json.dumps(r))
+
+    write({"name": "baseline", "kind": "baseline", "perplexity": 10.0, "subset": "test", "parameters": 1000,
+           "heads_kept": 8, "heads_total": 8, "updates": 100})
+    kept = {8: [[0, 1, 2, 3], [0, 1, 2, 3]], 3: [[0, 3], [2]], 7: [[0, 1, 2, 3], [0, 1, 2]]}
+    # seed 1: the control gains 20% on the baseline (8.0); pruning to 3 heads costs +1% against it
+    # seed 2: pruning to 7 heads costs +4%; only the ≤ +5% column counts it
+    for name, lam, seed, ppl, heads in (("l0_0_conv_s1", 0.0, 1, 8.0, 8), ("l0_0.5_conv_s1", 0.5, 1, 8.08, 3),
+                                        ("l0_0_conv_s2", 0.0, 2, 9.0, 8), ("l0_0.5_conv_s2", 0.5, 2, 9.36, 7)):
+        write({**result(name, "l0", ppl, lam, seed, heads=heads), "kept": kept[heads]})
+    tables = build_lm_tables(str(tmp_path))
+    sweep = tables.split("## 2.")[1].split("## 3.")[0]
+    assert "| Δ vs baseline | Δ vs its λ=0 control |" in sweep
+    assert "| 0.5 | converged, seed 1 | – | 3/8 | 8.08 | -19.2% | +1.0% |" in sweep
+    assert "| 0.5 | converged, seed 2 | – | 7/8 | 9.36 | -6.4% | +4.0% |" in sweep
+    assert "| 0 | converged, seed 1 | – | 8/8 | 8.00 | -20.0% | – |" in sweep
+    removable = tables.split("## 3.")[1].split("## ")[0]
+    assert "| L0, against the baseline | 5 | 5 |" in removable  # the fine-tune's gain counted as the pruning's
+    assert "| L0, each against its λ=0 control | 5 | 5 | 3:+1%, 7:+4% |" in removable
