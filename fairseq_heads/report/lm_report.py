@@ -243,10 +243,16 @@ def build_lm_tables(results_dir: str) -> str:
         if controlled:  # the fine-tune's own gain taken out: each model against its λ=0 control
             costs = [(r, relative_cost(r["perplexity"], controls[r["name"]]["perplexity"]))
                      for r in l0 if controls[r["name"]]]
-            lines.append("| L0, each against its λ=0 control | "
-                         + " | ".join(str(max([r["heads_total"] - r["heads_kept"] for r, cost in costs if cost <= tolerance],
-                                              default=0)) for tolerance in (0.02, 0.05))
-                         + " | " + ", ".join(f"{r['heads_kept']}:{100 * cost:+.0f}%" for r, cost in costs) + " |")
+            seeds = sorted({r.get("seed") or 1 for r, _ in costs})
+
+            def removable(tolerance: float) -> str:  # per seed where there are several: not the best seed's
+                most = {seed: max([r["heads_total"] - r["heads_kept"] for r, cost in costs
+                                   if cost <= tolerance and (r.get("seed") or 1) == seed], default=0) for seed in seeds}
+                return (str(most[seeds[0]]) if len(seeds) == 1
+                        else ", ".join(f"s{seed}: {most[seed]}" for seed in seeds))
+
+            lines.append(f"| L0, each against its λ=0 control | {removable(0.02)} | {removable(0.05)} | "
+                         + ", ".join(f"{r['heads_kept']}:{100 * cost:+.0f}%" for r, cost in costs) + " |")
         lines.append("")
 
     agreement_path = os.path.join(results_dir, "stats", "baseline", "agreement.json")
