@@ -321,7 +321,10 @@ class Runner:
                     pending.remove(step)
             ready = [s for s in pending if all(i in done for i in s.inputs)]
             launched = False
-            for step in ready:
+            # list order is priority: a command listed after a ready call step waits for it, since
+            # the call may make a command listed before that one ready (a mask, then its model)
+            first_call = next((k for k, s in enumerate(ready) if s.call is not None), len(ready))
+            for step in ready[:first_call]:
                 if step.command is not None and len(running) < self.jobs:
                     context = self._prepare(step)
                     running[step.name] = (context, *self._start_command(context))

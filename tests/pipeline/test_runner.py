@@ -147,3 +147,19 @@ def test_after_every_step_the_hook_sees_the_finished_steps(tmp_path):
     seen = []
     Runner(chain()[:3], tmp_path, on_step_done=lambda runner: seen.append(sorted(os.listdir(tmp_path / ".steps")))).run()
     assert seen == [["data.json"], ["baseline.json", "data.json"], ["baseline.json", "bleu.json", "data.json"]]
+
+
+def test_list_order_is_priority_a_ready_call_runs_before_later_listed_commands(tmp_path, capsys):
+    # a -> mask (a call) -> fixed; "other" reads nothing but is listed last. When a finishes, the
+    # one slot goes to fixed (after its mask), not to other, though other was ready first
+    def command(name, inputs=()):
+        return Step(name, name, inputs=inputs, command=lambda context: [sys.executable, "-c", "pass"])
+
+    def write_mask(context):
+        with open(os.path.join(context.out, "head_mask.json"), "w") as f:
+            f.write("{}")
+
+    steps = [command("a"), Step("mask", "mask", inputs=("a",), call=write_mask),
+             command("fixed", ("mask",)), command("other")]
+    assert Runner(steps, tmp_path, jobs=1).run() == []
+    assert ran(capsys) == ["a", "mask", "fixed", "other"]
