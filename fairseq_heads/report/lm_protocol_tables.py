@@ -12,7 +12,7 @@ trained from scratch, and the full layout trained from scratch (seed s):
 The relative form takes the two training schedules out of the comparison; the absolute
 perplexities stay in the table beside it.
 """
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .significance import seed_interval
 
@@ -45,6 +45,24 @@ def control_of(result: dict, l0_results: Sequence[dict]) -> Optional[dict]:
         return None
     return next((r for r in l0_results if r.get("l0_lambda") == 0 and protocol_label(r) == protocol_label(result)),
                 None)
+
+
+def costs_against_controls(l0_results: Sequence[dict]) -> List[Tuple[dict, float]]:
+    """(model, relative perplexity cost against its λ=0 control) for every L0 model that has one."""
+    out = []
+    for result in l0_results:
+        control = control_of(result, l0_results)
+        if control:
+            out.append((result, relative_cost(result["perplexity"], control["perplexity"])))
+    return out
+
+
+def removable_per_seed(costs: Sequence[Tuple[dict, float]], tolerance: float) -> Dict[int, int]:
+    """{seed: the most heads a model of that seed removed at a cost <= TOLERANCE (0: none)}, per
+    seed rather than the best seed's count."""
+    seeds = sorted({r.get("seed") or 1 for r, _ in costs})
+    return {seed: max([r["heads_total"] - r["heads_kept"] for r, cost in costs
+                       if cost <= tolerance and (r.get("seed") or 1) == seed], default=0) for seed in seeds}
 
 
 def scratch_quadruples(results: Sequence[dict]) -> List[Dict[str, dict]]:

@@ -20,8 +20,9 @@ from ..files import write_text_atomic
 from ..numbers import format_number
 from ..stats.table import label_kind, read_json_document
 from .function_tables import head_level_interval
-from .lm_protocol_tables import (ADVANTAGE_COLUMNS, advantage_rows, control_of, has_converged, protocol_label,
-                                 relative_cost, scratch_quadruples, training_updates)
+from .lm_protocol_tables import (ADVANTAGE_COLUMNS, advantage_rows, control_of, costs_against_controls,
+                                 has_converged, protocol_label, relative_cost, removable_per_seed,
+                                 scratch_quadruples, training_updates)
 
 FUNCTIONS = ("previous-token", "induction", "duplicate-token", "positional", "rare")
 MODEL_KINDS = ("baseline", "l0", "from_scratch")
@@ -241,17 +242,13 @@ def build_lm_tables(results_dir: str) -> str:
                          f"{most_removable(points, base_ppl, 0.05)} | "
                          + ", ".join(f"{p['heads_kept']}:{_fmt(p['perplexity'], 1)}" for p in points[:-1]) + " |")
         if controlled:  # the fine-tune's own gain taken out: each model against its λ=0 control
-            costs = [(r, relative_cost(r["perplexity"], controls[r["name"]]["perplexity"]))
-                     for r in l0 if controls[r["name"]]]
-            seeds = sorted({r.get("seed") or 1 for r, _ in costs})
-
-            def removable(tolerance: float) -> str:  # per seed where there are several: not the best seed's
-                most = {seed: max([r["heads_total"] - r["heads_kept"] for r, cost in costs
-                                   if cost <= tolerance and (r.get("seed") or 1) == seed], default=0) for seed in seeds}
-                return (str(most[seeds[0]]) if len(seeds) == 1
-                        else ", ".join(f"s{seed}: {most[seed]}" for seed in seeds))
-
-            lines.append(f"| L0, each against its λ=0 control | {removable(0.02)} | {removable(0.05)} | "
+            costs = costs_against_controls(l0)
+            cells = []
+            for tolerance in (0.02, 0.05):
+                most = removable_per_seed(costs, tolerance)
+                cells.append(", ".join(f"s{seed}: {n}" for seed, n in most.items()) if len(most) > 1
+                             else str(*most.values()))
+            lines.append(f"| L0, each against its λ=0 control | {cells[0]} | {cells[1]} | "
                          + ", ".join(f"{r['heads_kept']}:{100 * cost:+.0f}%" for r, cost in costs) + " |")
         lines.append("")
 
