@@ -33,7 +33,7 @@ def run_result(args) -> int:
     """Write one language model's result file (perplexity + the heads it has)."""
     from ..files import check_output_file
     from ..checkpoints import check_checkpoint_file
-    from ..report.lm_report import lm_model_result, write_lm_result
+    from ..report.lm_report import BLOCK_LOSSES, lm_model_result, write_block_losses, write_lm_result
 
     device = device_and_batch(args)
     check_checkpoint_file(args.path)
@@ -43,11 +43,12 @@ def run_result(args) -> int:
     out_dir = os.path.dirname(os.path.abspath(args.out))
     results_dir = args.results_dir or (os.path.dirname(os.path.dirname(out_dir))
                                        if os.path.basename(os.path.dirname(out_dir)) == "results" else out_dir)
-    result = lm_model_result(args.name, args.kind, args.path, args.data, args.subset, results_dir,
+    result, blocks = lm_model_result(args.name, args.kind, args.path, args.data, args.subset, results_dir,
                              l0_lambda=args.l0_lambda, from_model=args.from_model,
                              batch_size=device.batch_size, max_tokens=device.max_tokens,
                              cpu=device.cpu)
     result.update(training_record(args))
+    write_block_losses(blocks, os.path.join(out_dir, BLOCK_LOSSES))
     write_lm_result(result, args.out)
     print(f"{args.name}: perplexity {result['perplexity']:.2f} ({args.subset})  heads kept "
           f"{result['heads_kept']}/{result['heads_total']}; wrote {args.out}")

@@ -152,7 +152,7 @@ class LmSteps:
                  call=self.write_open_mask),
             Step(f"baseline{s}", f"models/baseline{s}", model, inputs=("data", "open_mask"),
                  command=self.train_baseline, resumable=True),
-            Step(f"result_baseline{s}", f"results/baseline{s}", {"batch_size": c.batch_size},
+            Step(f"result_baseline{s}", f"results/baseline{s}", self.result_settings(),
                  inputs=("data", f"baseline{s}"), call=self.result_call(f"baseline{s}", None)),
             Step(f"stats{s}", f"stats/baseline{s}", _asdict(c.stats), inputs=("data", f"baseline{s}"),
                  call=self.stats_call(None)),
@@ -170,7 +170,7 @@ class LmSteps:
                                                   "lambda": lam},
                          inputs=("data", f"baseline{s}"), command=self.l0_command(lam), resumable=True),
                     Step(f"pruned_{name}", f"models/pruned_{name}", {}, inputs=(name,), call=self.prune_call(name)),
-                    Step(f"result_{name}", f"results/{name}", {"batch_size": c.batch_size},
+                    Step(f"result_{name}", f"results/{name}", self.result_settings(),
                          inputs=("data", f"pruned_{name}"), call=self.result_call(name, lam)),
                     Step(f"stats_{name}", f"stats/{name}", _asdict(c.stats), inputs=("data", name),
                          call=self.stats_call(name)),
@@ -239,6 +239,11 @@ class LmSteps:
                 "--path", context.path(f"models/{name}/checkpoint_last.pt"),
                 "--out", os.path.join(context.out, "checkpoint.pt"), "--from-gates"])
         return call
+
+    def result_settings(self) -> dict:
+        """A result step's key: its batch, and its outputs (the per-block losses the report's
+        paired intervals read, `block_losses.json`, came later: result files without them re-run)."""
+        return {"batch_size": self.c.batch_size, "block_losses": True}
 
     def result_call(self, name: str, lam, checkpoint: str = "", kind: str = "l0", options=()):
         """Test perplexity of models/NAME: the baseline (λ None), the physically pruned quick L0

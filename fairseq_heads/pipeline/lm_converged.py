@@ -64,7 +64,7 @@ def lm_converged_steps(lm, lam: float, seed: int) -> List[Step]:
             "--criterion", "cross_entropy", *fixed_mask_phase_options(v, context, name, mask)])
 
     steps = phase_steps(name, settings, v, f"baseline{s}", l0_phase, fixed_mask_phase) + [
-        Step(f"result_{name}", f"results/{name}", {"batch_size": c.batch_size},
+        Step(f"result_{name}", f"results/{name}", lm.result_settings(),
              inputs=("data", name), call=lm.result_call(name, lam, checkpoint=f"models/{name}/checkpoint_best.pt",
                                                         options=result_record(v, seed, name))),
         Step(f"stats_{name}", f"stats/{name}", asdict(c.stats), inputs=("data", name),
@@ -93,7 +93,7 @@ def scratch_steps(lm, name: str, lam: float, seed: int, mask: str) -> List[Step]
     return [
         Step(scratch, f"models/{scratch}", settings, inputs=("data", mask_step), command=train,
              resumable=True),
-        Step(f"result_{scratch}", f"results/{scratch}", {"batch_size": c.batch_size},
+        Step(f"result_{scratch}", f"results/{scratch}", lm.result_settings(),
              inputs=("data", scratch, mask_step),
              call=lm.result_call(scratch, lam, checkpoint=f"models/{scratch}/checkpoint_best.pt", kind="from_scratch",
                                  options=["--from-model", name, "--protocol", "converged", "--seed", seed,

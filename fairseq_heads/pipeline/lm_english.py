@@ -111,6 +111,6 @@ class LmEnglishSteps(LmSteps):
             Step(scratch, f"models/{scratch}", {"model": asdict(c.model), "train": asdict(c.train),
                                                 "updates": c.l0.updates},
                  inputs=("data", f"mask_{name}"), command=train, resumable=True),
-            Step(f"result_{scratch}", f"results/{scratch}", {"batch_size": c.batch_size},
+            Step(f"result_{scratch}", f"results/{scratch}", self.result_settings(),
                  inputs=("data", scratch), call=score),
         ]

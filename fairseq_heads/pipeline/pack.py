@@ -21,7 +21,7 @@ from ..files import atomic_path
 COMMITTED = (
     ("tables.md", "copy"), ("report.html", "copy"), ("figures/*.png", "copy"),
     ("recipe.json", "run"), ("steps.json", "run"),
-    ("results/*/result.json", "copy"), ("results/*/training.json", "copy"),
+    ("results/*/result.json", "copy"), ("results/*/training.json", "copy"), ("results/*/block_losses.json", "copy"),
     ("results/*/generate.txt", "translations"),
     ("stats/*/heads.csv", "copy"), ("stats/*/heads.json", "copy"), ("stats/*/agreement.json", "copy"),
     ("curve/curve.csv", "copy"), ("curves/*/curve.csv", "copy"), ("masks/*/head_mask.json", "copy"),

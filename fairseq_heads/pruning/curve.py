@@ -17,8 +17,9 @@ import csv
 import io
 import math
 from argparse import Namespace
-from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from fairseq import utils
 from fairseq.data import iterators
@@ -97,22 +98,39 @@ def translate(model: nn.Module, task, subset: str, beam: int = 5, batch_size: Op
     return [out[i][0] for i in ids], [out[i][1] for i in ids]
 
 
-def perplexity(model: nn.Module, task, subset: str, batch_size: Optional[int] = 16,
-               limit: Optional[int] = None, max_tokens: Optional[int] = None) -> float:
-    """2 ** (base-2 NLL per target token) of a language model on `subset` (module docstring)."""
+def block_losses(model: nn.Module, task, subset: str, batch_size: Optional[int] = 16,
+                 limit: Optional[int] = None, max_tokens: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """Each block of `subset`, in sample-id order: its summed NLL (nats, teacher forced) and its
+    target tokens. The perplexity is theirs pooled; a bootstrap over the test set resamples them
+    (report/significance.py, `bootstrap_relative_cost`)."""
     model.eval()
     pad = task.target_dictionary.pad()
-    nll, tokens = 0.0, 0
+    nll, tokens = {}, {}
     with torch.no_grad():
         for sample in batches(task, subset, model, batch_size, limit, max_tokens):
             lprobs = model.get_normalized_probs(model(**sample["net_input"]), log_probs=True)
             target = sample["target"]
             token_nll = -lprobs.float().gather(-1, target.unsqueeze(-1)).squeeze(-1)
-            nll += float(token_nll.masked_fill(target.eq(pad), 0.0).sum(dtype=torch.float64))
-            tokens += int(target.ne(pad).sum())
-    if tokens == 0:
+            sums = token_nll.masked_fill(target.eq(pad), 0.0).sum(dim=1, dtype=torch.float64).tolist()
+            counts = target.ne(pad).sum(dim=1).tolist()
+            for sample_id, block_nll, block_tokens in zip(sample["id"].tolist(), sums, counts):
+                nll[sample_id], tokens[sample_id] = block_nll, int(block_tokens)
+    ids = sorted(nll)
+    return np.array([nll[i] for i in ids], dtype=np.float64), np.array([tokens[i] for i in ids], dtype=np.int64)
+
+
+def perplexity_of_blocks(nll: np.ndarray, tokens: np.ndarray, subset: str = "the subset") -> float:
+    """2 ** (base-2 NLL per target token) of blocks' summed NLLs (nats) and token counts."""
+    total = int(np.sum(tokens))
+    if total == 0:
         raise HeadPruningError(f"subset {subset!r} has no target tokens")
-    return float(2.0 ** (nll / tokens / math.log(2.0)))
+    return float(2.0 ** (float(np.sum(nll)) / total / math.log(2.0)))
+
+
+def perplexity(model: nn.Module, task, subset: str, batch_size: Optional[int] = 16,
+               limit: Optional[int] = None, max_tokens: Optional[int] = None) -> float:
+    """2 ** (base-2 NLL per target token) of a language model on `subset` (module docstring)."""
+    return perplexity_of_blocks(*block_losses(model, task, subset, batch_size, limit, max_tokens), subset)
 
 
 def gradient_scores(model: nn.Module, task, subset: str, mask: Dict[str, torch.Tensor],

@@ -12,9 +12,12 @@ trained from scratch, and the full layout trained from scratch (seed s):
 The relative form takes the two training schedules out of the comparison; the absolute
 perplexities stay in the table beside it.
 """
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .significance import seed_interval
+import numpy as np
+
+from .significance import (bootstrap_log_perplexity, relative_perplexity_cost, seed_and_test_interval,
+                           seed_interval)
 
 
 def protocol_label(result: dict) -> str:
@@ -82,32 +85,70 @@ def scratch_quadruples(results: Sequence[dict]) -> List[Dict[str, dict]]:
     return out
 
 
-def advantage_rows(quadruples: Sequence[Dict[str, dict]]) -> List[List[object]]:
+SIDES = ("trained", "control", "scratch", "full_scratch")
+
+
+def has_block_losses(quadruples: Sequence[Dict[str, dict]],
+                     blocks: Optional[Mapping[str, Tuple[np.ndarray, np.ndarray]]]) -> bool:
+    """Whether every model of every quadruple has its test-block losses (else none is bootstrapped)."""
+    return bool(blocks) and all(q[side]["name"] in blocks for q in quadruples for side in SIDES)
+
+
+def advantage_rows(quadruples: Sequence[Dict[str, dict]],
+                   blocks: Optional[Mapping[str, Tuple[np.ndarray, np.ndarray]]] = None) -> List[List[object]]:
     """Per seed: λ, seed, heads, the four perplexities, both costs (%) and the advantage (points);
-    per λ with several seeds, a row of the three means, each with its 95% Student's t interval over
-    the seeds (significance.seed_interval: the perplexities keep no per-block losses, so the
-    test set's own sampling is not in it) and its range over the seeds."""
+    per λ with several seeds, a row of the three means with their range over the seeds.
+
+    With every model's test-block losses (`blocks`, {name: (nll, tokens)}), each seed's three
+    numbers carry a 95% paired-bootstrap interval over the test blocks (the four models scored on
+    the same resampled blocks), and each mean the interval holding both the seeds' spread and the
+    blocks' sampling (significance.seed_and_test_interval: every seed on the same resamples).
+    Without them each mean has Student's t over the seeds only (significance.seed_interval), and
+    the per-seed numbers are plain floats."""
+    paired = has_block_losses(quadruples, blocks)
     rows, by_lambda = [], {}
     for q in quadruples:
         trained_cost = relative_cost(q["trained"]["perplexity"], q["control"]["perplexity"])
         scratch_cost = relative_cost(q["scratch"]["perplexity"], q["full_scratch"]["perplexity"])
-        advantage = scratch_cost - trained_cost
+        values = (trained_cost, scratch_cost, scratch_cost - trained_cost)
+        resampled = None
+        if paired:
+            _, log_ppl = bootstrap_log_perplexity([blocks[q[side]["name"]] for side in SIDES])
+            trained_r = relative_perplexity_cost(log_ppl[:, 0], log_ppl[:, 1])
+            scratch_r = relative_perplexity_cost(log_ppl[:, 2], log_ppl[:, 3])
+            resampled = np.stack([trained_r, scratch_r, scratch_r - trained_r], axis=1)  # (samples, 3)
         lam = q["trained"]["l0_lambda"]
-        by_lambda.setdefault(lam, []).append((trained_cost, scratch_cost, advantage))
+        by_lambda.setdefault(lam, []).append((values, resampled))
+        cells = ([_with_interval(100 * v, 100 * resampled[:, k]) for k, v in enumerate(values)] if paired
+                 else [100 * v for v in values])
         rows.append([f"{lam:g}", q["trained"].get("seed") or 1,
                      f"{q['trained']['heads_kept']}/{q['trained']['heads_total']}",
                      q["trained"]["perplexity"], q["control"]["perplexity"], q["scratch"]["perplexity"],
-                     q["full_scratch"]["perplexity"], 100 * trained_cost, 100 * scratch_cost, 100 * advantage])
-    for lam, values in by_lambda.items():
-        if len(values) > 1:
+                     q["full_scratch"]["perplexity"], *cells])
+    for lam, seeds in by_lambda.items():
+        if len(seeds) > 1:
             cells = []
             for column in range(3):
-                per_seed = [100 * v[column] for v in values]
-                interval = seed_interval(per_seed)
+                per_seed = [100 * values[column] for values, _ in seeds]
+                interval = (seed_and_test_interval(per_seed, np.mean([100 * r[:, column] for _, r in seeds], axis=0))
+                            if paired else seed_interval(per_seed))
                 cells.append(f"{interval.delta:+.1f} [{interval.ci_low:+.1f}, {interval.ci_high:+.1f}] "
                              f"(seeds {min(per_seed):+.1f} to {max(per_seed):+.1f})")
-            rows.append([f"{lam:g}", f"mean of {len(values)}", "", None, None, None, None, *cells])
+            rows.append([f"{lam:g}", f"mean of {len(seeds)}", "", None, None, None, None, *cells])
     return rows
+
+
+def paired_cost_interval(system: Tuple[np.ndarray, np.ndarray], reference: Tuple[np.ndarray, np.ndarray]
+                         ) -> Tuple[float, float]:
+    """95% paired-bootstrap interval (percent) of ppl(system) / ppl(reference) - 1 over the test blocks."""
+    _, log_ppl = bootstrap_log_perplexity([system, reference])
+    low, high = np.percentile(100 * relative_perplexity_cost(log_ppl[:, 0], log_ppl[:, 1]), [2.5, 97.5])
+    return float(low), float(high)
+
+
+def _with_interval(value: float, resampled: np.ndarray) -> str:
+    low, high = np.percentile(resampled, [2.5, 97.5])
+    return f"{value:+.1f} [{low:+.1f}, {high:+.1f}]"
 
 
 ADVANTAGE_COLUMNS = ["λ", "seed", "heads", "ppl pruned", "ppl control", "ppl layout from scratch",

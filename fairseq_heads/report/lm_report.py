@@ -14,15 +14,17 @@ A model's result file (`fairseq-heads lm-result`), paths relative to the results
 import csv
 import json
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
 
 from ..files import write_text_atomic
 from ..numbers import format_number
 from ..stats.table import label_kind, read_json_document
 from .function_tables import head_level_interval
 from .lm_protocol_tables import (ADVANTAGE_COLUMNS, advantage_rows, control_of, costs_against_controls,
-                                 has_converged, protocol_label, relative_cost, removable_per_seed,
-                                 scratch_quadruples, training_updates)
+                                 has_block_losses, has_converged, paired_cost_interval, protocol_label, relative_cost,
+                                 removable_per_seed, scratch_quadruples, training_updates)
 
 FUNCTIONS = ("previous-token", "induction", "duplicate-token", "positional", "rare")
 MODEL_KINDS = ("baseline", "l0", "from_scratch")
@@ -35,18 +37,29 @@ class LMReportError(ValueError):
 # ---------------------------------------------------------------- one model's result
 
 
+class BlockLosses(NamedTuple):
+    """A model's loss on each block of a subset, in sample-id order (pruning/curve.py)."""
+    subset: str
+    nll: np.ndarray      # summed NLL of each block, nats
+    tokens: np.ndarray   # its target tokens
+
+
+BLOCK_LOSSES = "block_losses.json"
+
+
 def lm_model_result(name: str, kind: str, checkpoint: str, data_bin: str, subset: str,
                     results_dir: str, l0_lambda: Optional[float] = None,
                     from_model: Optional[str] = None, batch_size: Optional[int] = 16,
-                    max_tokens: Optional[int] = None, cpu: bool = False) -> Dict[str, object]:
+                    max_tokens: Optional[int] = None, cpu: bool = False) -> Tuple[Dict[str, object], BlockLosses]:
     """Perplexity of `checkpoint` on `subset` (teacher-forced blocks, as fairseq-eval-lm) and the
     dec-self heads it has (a pruned checkpoint's layout, less the heads closed by the --head-mask it
-    was trained with, if any). On CUDA when there is one, unless `cpu`."""
+    was trained with, if any), and each block's loss (`block_losses.json`, for paired bootstraps
+    over the test set). On CUDA when there is one, unless `cpu`."""
     from ..checkpoints import (data_overrides, is_language_model, load_model_and_task, load_state,
                                model_args, place_model)
     from ..gating.head_masks import load_head_mask
     from ..models.head_layout import head_layout
-    from ..pruning.curve import perplexity
+    from ..pruning.curve import block_losses, perplexity_of_blocks
     from .model_result import checkpoint_head_mask_file
 
     if kind not in MODEL_KINDS:
@@ -61,16 +74,33 @@ def lm_model_result(name: str, kind: str, checkpoint: str, data_bin: str, subset
         layout = masked_layout(layout, load_head_mask(mask_file)["dec-self"])
     total_per_layer = int(model_args(state).decoder_attention_heads)  # before any pruning
     place_model(model, cpu)
-    value = perplexity(model, task, subset, batch_size, max_tokens=max_tokens)
-    return {
+    nll, tokens = block_losses(model, task, subset, batch_size, max_tokens=max_tokens)
+    result = {
         "name": name, "kind": kind, "l0_lambda": l0_lambda, "from_model": from_model,
         "checkpoint": os.path.relpath(os.path.abspath(checkpoint), os.path.abspath(results_dir)),
-        "subset": subset, "perplexity": value,
+        "subset": subset, "perplexity": perplexity_of_blocks(nll, tokens, subset),
         "updates": (state.get("optimizer_history") or [{}])[-1].get("num_updates"),
         "parameters": sum(p.numel() for p in model.parameters()),
         "kept": layout, "heads_kept": sum(len(row) for row in layout),
         "heads_total": len(layout) * int(total_per_layer),
     }
+    return result, BlockLosses(subset, nll, tokens)
+
+
+def write_block_losses(blocks: BlockLosses, path: str) -> None:
+    write_text_atomic(path, json.dumps({"subset": blocks.subset, "nll": [round(float(x), 6) for x in blocks.nll],
+                                        "tokens": [int(x) for x in blocks.tokens]}) + "\n")
+
+
+def read_block_losses(results_dir: str, name: str) -> Optional[BlockLosses]:
+    """RESULTS/results/NAME/block_losses.json; None for a result file written before it existed."""
+    path = os.path.join(results_dir, "results", name, BLOCK_LOSSES)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    return BlockLosses(doc["subset"], np.asarray(doc["nll"], dtype=np.float64),
+                       np.asarray(doc["tokens"], dtype=np.int64))
 
 
 def masked_layout(layout: List[List[int]], mask_rows) -> List[List[int]]:
@@ -221,11 +251,13 @@ def build_lm_tables(results_dir: str) -> str:
                 members = [k for k, fs in functions.items() if (f in fs if f != "none" else not fs)]
                 cells.append(f"{sum(k in kept for k in members)}/{len(members)}" if members else "–")
             protocol = f"{protocol_label(r)} | {_fmt(training_updates(r) or r.get('updates'))} | " if protocols else ""
-            control = controls[r["name"]]
-            versus_control = (f"{100 * relative_cost(r['perplexity'], control['perplexity']):+.1f}% | " if control
-                              else "– | ") if controlled else ""
+            versus_control = _versus_control(results_dir, r, controls[r["name"]]) if controlled else ""
             lines.append(f"| {r['l0_lambda']:g} | {protocol}{r['heads_kept']}/{r['heads_total']} | {_fmt(r['perplexity'])} | "
                          f"{100 * (r['perplexity'] / base_ppl - 1):+.1f}% | {versus_control}" + " | ".join(cells) + " |")
+        if controlled:
+            lines += ["", "Δ vs its λ=0 control: the perplexity over that of the λ=0 model of the same protocol and "
+                      "seed (fine-tuned as long, without a penalty), with a 95% paired-bootstrap interval over the "
+                      "test blocks where both models kept their block losses."]
         lines.append("")
 
     curves = read_curves(results_dir)
@@ -300,17 +332,42 @@ def build_lm_tables(results_dir: str) -> str:
         lines.append("")
     quadruples = scratch_quadruples(results)
     if quadruples:
+        blocks = {}
+        for q in quadruples:
+            for model in q.values():
+                losses = read_block_losses(results_dir, model["name"])
+                if losses is not None:
+                    blocks[model["name"]] = (losses.nll, losses.tokens)
+        rows = advantage_rows(quadruples, blocks)
+        intervals = ("Each seed's costs and advantage carry a 95% paired-bootstrap interval over the test blocks "
+                     "(its four models scored on the same resampled blocks); a mean row gives each column's mean "
+                     "with a 95% interval holding both the spread between the seeds and the blocks' sampling "
+                     "(docs/pruning.md, \"Means over seeds\") and its range over the seeds."
+                     if has_block_losses(quadruples, blocks) else
+                     "A mean row gives each column's mean, its 95% Student's t interval over the seeds (these "
+                     "results keep no per-block losses, so the test set's sampling is not in it) and its range "
+                     "over the seeds.")
         lines += ["## 7. Trained vs scratch, each against its own full layout (converged protocol)", "",
                   "Cost from trained: the pruned model's perplexity over its seed's λ=0 control's; cost "
                   "from scratch: the layout from scratch over the full layout from scratch (the same seed, "
-                  "schedule and patience). Advantage > 0: pruning the trained model lost less. A mean row gives "
-                  "each column's mean, its 95% Student's t interval over the seeds (the test set's sampling is not "
-                  "in it) and its range over the seeds.", "",
+                  "schedule and patience). Advantage > 0: pruning the trained model lost less. " + intervals, "",
                   "| " + " | ".join(ADVANTAGE_COLUMNS) + " |", "|" + "---|" * len(ADVANTAGE_COLUMNS)]
         lines += ["| " + " | ".join(_fmt(cell) if isinstance(cell, float) else ("–" if cell is None else str(cell))
-                                    for cell in row) + " |" for row in advantage_rows(quadruples)]
+                                    for cell in row) + " |" for row in rows]
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _versus_control(results_dir: str, result: dict, control: Optional[dict]) -> str:
+    """The §2 cell: RESULT's relative perplexity cost against CONTROL, with its paired interval."""
+    if control is None:
+        return "– | "
+    cell = f"{100 * relative_cost(result['perplexity'], control['perplexity']):+.1f}%"
+    system, reference = read_block_losses(results_dir, result["name"]), read_block_losses(results_dir, control["name"])
+    if system is not None and reference is not None:
+        low, high = paired_cost_interval((system.nll, system.tokens), (reference.nll, reference.tokens))
+        cell += f" [{low:+.1f}, {high:+.1f}]"
+    return cell + " | "
 
 
 def read_curves(results_dir: str) -> Dict[str, List[Dict[str, float]]]:

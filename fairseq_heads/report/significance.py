@@ -69,6 +69,28 @@ def paired_bootstrap(system: np.ndarray, reference_system: np.ndarray,
     return contrast(*bootstrap_bleu([system, reference_system], samples, seed), (1.0, -1.0))
 
 
+# ------------------------------------------------------------------ perplexity over resampled blocks
+def bootstrap_log_perplexity(systems: Sequence[Tuple[np.ndarray, np.ndarray]], samples: int = DEFAULT_SAMPLES,
+                             seed: int = DEFAULT_SEED) -> Tuple[np.ndarray, np.ndarray]:
+    """Each language model's log perplexity (NLL per target token, nats) on the whole test set,
+    shape (systems,), and on each of `samples` resamples of its blocks, shape (samples, systems):
+    Koehn (2004)'s paired bootstrap with blocks for sentences, every system on the same resampled
+    blocks, each resample pooled as the perplexity pools them (summed NLL over summed tokens).
+    A system is (per-block summed NLL, per-block tokens) on the same blocks in the same order."""
+    if any(nll.shape != systems[0][0].shape or tokens.shape != nll.shape for nll, tokens in systems):
+        raise ValueError("block losses of different test sets: "
+                         + " vs ".join(str(nll.shape) for nll, _ in systems))
+    counts = resample_counts(systems[0][0].shape[0], samples, seed)
+    full = np.array([float(np.sum(nll)) / float(np.sum(tokens)) for nll, tokens in systems])
+    resampled = np.stack([(counts @ nll) / (counts @ tokens) for nll, tokens in systems], axis=1)
+    return full, resampled
+
+
+def relative_perplexity_cost(log_perplexity: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """ppl / ppl(reference) - 1 from log perplexities (elementwise: whole test set or resamples)."""
+    return np.expm1(np.asarray(log_perplexity) - np.asarray(reference))
+
+
 # ------------------------------------------------------------------ means over seeds
 class SeedMeanDifference(NamedTuple):
     delta: float    # mean over seeds of each seed's difference on the whole test set

@@ -3,6 +3,7 @@ through L0-to-plateau, the fixed-mask phase to patience, the layout and the full
 scratch, for a seed other than the baseline's; and the report's trained-vs-scratch table on hand-made results whose
 every cell is known."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -74,10 +75,15 @@ def test_the_toy_lm_runs_the_converged_protocol_with_the_full_layout_from_scratc
         assert layout["kept"] == pruned["kept"]          # the pruned model's layout, from scratch
         assert full["heads_kept"] == full["heads_total"]  # every head, whatever the control's gates did
         assert control["l0_lambda"] == 0
+        # each result's per-block test losses pool to its perplexity (the report's paired bootstrap reads them)
+        blocks = json.loads((results / "results" / f"l0_0.5_conv_s{seed}" / "block_losses.json").read_text())
+        assert blocks["subset"] == "test" and len(blocks["nll"]) == len(blocks["tokens"]) > 1
+        assert math.exp(sum(blocks["nll"]) / sum(blocks["tokens"])) == pytest.approx(pruned["perplexity"], rel=1e-6)
     tables = (results / "tables.md").read_text()
     assert "| 0.5 | converged, seed 2 |" in tables
     assert "## 7. Trained vs scratch, each against its own full layout" in tables
     assert "| 0.5 | 2 | " in tables.split("## 7.")[1]
+    assert "95% paired-bootstrap interval over the test blocks" in tables.split("## 7.")[1]
     # the layout's two sides with their whole training: both phases of the pruned model
     pruned = read("l0_0.5_conv_s2")
     assert (f"| l0_0.5_conv_s2 | {pruned['heads_kept']} | {pruned['perplexity']:.2f} ({pruned['training']['updates']}) |"
