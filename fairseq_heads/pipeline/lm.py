@@ -25,6 +25,7 @@ from typing import List, Tuple
 from ..files import write_text_atomic
 from .config import settings_except
 from .fairseq_steps import run_fairseq_heads, train_argv, training_summary
+from .converged_phases import validations
 from .lm_converged import LmConverged, lm_converged_steps
 from .runner import Step, StepContext
 
@@ -63,6 +64,19 @@ class LmTrain:
     # inverse_sqrt (from 1e-7 over the warm-up), or fixed: a constant lr after a linear warm-up
     # (the Markov setting's: docs/results/lm_markov_repeats_2x4)
     scheduler: str = "inverse_sqrt"
+    validate_updates: int = 0     # the baseline validates (and checkpoints) every N updates; 0: at epoch ends
+    patience: int = 0             # the baseline stops after N validations without a better valid loss (0: never)
+
+
+# LmTrain fields added after results were keyed: left out of a step's key while at their default,
+# which is the behaviour from before them, so that adding them re-ran nothing
+LATER_TRAIN_DEFAULTS = {"validate_updates": 0, "patience": 0}
+
+
+def train_settings(train: LmTrain) -> dict:
+    """What a step trained with TRAIN (or from a model trained with it) depends on."""
+    return {k: v for k, v in dataclasses.asdict(train).items()
+            if not (k in LATER_TRAIN_DEFAULTS and v == LATER_TRAIN_DEFAULTS[k])}
 
 
 @dataclass(frozen=True)
@@ -144,7 +158,7 @@ class LmSteps:
     # ------------------------------------------------------------------ the steps
     def steps(self) -> List[Step]:
         c, s = self.c, self.suffix
-        model = {"model": _asdict(c.model), "train": _asdict(c.train)}
+        model = {"model": _asdict(c.model), "train": self.train_settings()}
         steps = [
             Step("data", "data", _asdict(c.data), call=self.run_data),
             # its own step, not a file of the baseline's: the checkpoint records the mask's path
@@ -218,6 +232,10 @@ class LmSteps:
             "--max-update", t.max_update]
         if t.minutes:
             options += ["--stop-time-hours", t.minutes / 60]
+        if t.validate_updates:  # "N validations" then means N x validate_updates updates
+            options += validations(t)
+        if t.patience:
+            options += ["--patience", t.patience]
         return train_argv(self.data_bin(context), options)
 
     def l0_command(self, lam: float):
@@ -239,6 +257,9 @@ class LmSteps:
                 "--path", context.path(f"models/{name}/checkpoint_last.pt"),
                 "--out", os.path.join(context.out, "checkpoint.pt"), "--from-gates"])
         return call
+
+    def train_settings(self) -> dict:
+        return train_settings(self.c.train)
 
     def result_settings(self) -> dict:
         """A result step's key: its batch, and its outputs (the per-block losses the report's

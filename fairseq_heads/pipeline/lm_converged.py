@@ -45,7 +45,7 @@ def lm_converged_steps(lm, lam: float, seed: int) -> List[Step]:
     c, v, s = lm.c, lm.c.converged, lm.suffix
     name = converged_name(lam, seed, s)
     mask = f"masks/{name}/head_mask.json"
-    settings = {"model": asdict(c.model), "train": asdict(c.train), "l0": settings_except(c.l0, "lambdas", "control"),
+    settings = {"model": asdict(c.model), "train": lm.train_settings(), "l0": settings_except(c.l0, "lambdas", "control"),
                 "lambda": lam, "seed": seed}
 
     def gated(context: StepContext) -> List[object]:
@@ -89,7 +89,7 @@ def scratch_steps(lm, name: str, lam: float, seed: int, mask: str) -> List[Step]
             "--max-update", v.scratch_max_updates, "--patience", v.patience, *validations(v),
             "--validation-trace", os.path.join(context.out, "validations.jsonl"), "--seed", seed])
 
-    settings = {"model": asdict(c.model), "train": asdict(c.train), "converged": phase_settings(v, "scratch"), "seed": seed}
+    settings = {"model": asdict(c.model), "train": lm.train_settings(), "converged": phase_settings(v, "scratch"), "seed": seed}
     return [
         Step(scratch, f"models/{scratch}", settings, inputs=("data", mask_step), command=train,
              resumable=True),

@@ -108,7 +108,7 @@ class LmEnglishSteps(LmSteps):
 
         return [
             Step(f"mask_{name}", f"masks/{name}", {}, inputs=(name,), call=write_mask),
-            Step(scratch, f"models/{scratch}", {"model": asdict(c.model), "train": asdict(c.train),
+            Step(scratch, f"models/{scratch}", {"model": asdict(c.model), "train": self.train_settings(),
                                                 "updates": c.l0.updates},
                  inputs=("data", f"mask_{name}"), command=train, resumable=True),
             Step(f"result_{scratch}", f"results/{scratch}", self.result_settings(),

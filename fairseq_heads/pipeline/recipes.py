@@ -204,6 +204,13 @@ LM_MARKOV_CONVERGED = LmEnglishRecipe(
     normalize_before=True,
 )
 
+# The same study from a converged baseline (issue 37 item 2, for the LM): the baseline trained as
+# the protocol's from-scratch models are (validations 25 updates apart, patience 4, at most 4,000
+# updates), so that the L0 models and their controls start from the model the scratch side reaches
+LM_MARKOV_CONVERGED_START = replace(
+    LM_MARKOV_CONVERGED, name="lm_markov_converged_start_2x4",
+    train=replace(LM_MARKOV_CONVERGED.train, max_update=4000, validate_updates=25, patience=4))
+
 RECIPES: Dict[str, Dict[str, object]] = {
     "europarl_en_it": {"toy": TOY, "gpu": EUROPARL_BASE_GPU},
     # experiment (c): the Transformer-base of (a) on its data, 300 updates per training run
@@ -215,7 +222,8 @@ RECIPES: Dict[str, Dict[str, object]] = {
     "multi30k_en_de": {"converged": MULTI30K_CONVERGED, "cpu": MULTI30K_CPU, "toy": SWEEP_TOY},
     "wmt_en_ru": {"base": WMT_EN_RU_BASE, "toy": SWEEP_TOY},
     "demo": {"toy": DEMO},
-    "lm_english": {"cpu": LM_ENGLISH_CPU, "toy": LM_ENGLISH_TOY, "markov_converged": LM_MARKOV_CONVERGED},
+    "lm_english": {"cpu": LM_ENGLISH_CPU, "toy": LM_ENGLISH_TOY, "markov_converged": LM_MARKOV_CONVERGED,
+                   "markov_converged_start": LM_MARKOV_CONVERGED_START},
     "llama_toy": {"toy": LLAMA_TOY},
 }
 

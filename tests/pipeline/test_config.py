@@ -190,3 +190,21 @@ def test_a_converged_sweep_runs_seed_by_seed_and_its_comparisons_last(config):
     comparisons = [i for i, n in enumerate(names) if n.startswith(("michel_", "mask_michel_", "speed_"))]
     assert not comparisons or min(comparisons) > max(names.index(n) for n in trained)
     assert bool(comparisons) == bool(getattr(config.converged, "michel_metrics", ()))
+
+
+def test_an_lm_baseline_trained_to_patience_keys_and_runs_as_the_scratch_side_does():
+    from fairseq_heads.pipeline.lm import LmTrain, train_settings
+    from fairseq_heads.pipeline.recipes import LM_MARKOV_CONVERGED_START
+    from fairseq_heads.pipeline.runner import StepContext
+
+    # the fields at their defaults stay out of the key: results keyed before them stay done
+    assert set(train_settings(LmTrain())).isdisjoint({"validate_updates", "patience"})
+    before, after = keys(LM_MARKOV_CONVERGED), keys(LM_MARKOV_CONVERGED_START)
+    assert before["data"] == after["data"] and before["baseline"] != after["baseline"]
+    steps = {s.name: s for s in recipe_steps(LM_MARKOV_CONVERGED_START, "/data", "/user_dir")}
+    baseline = steps["baseline"]
+    argv = [str(a) for a in baseline.command(StepContext(baseline, "/r", "/r/models/baseline.partial", "/r/log", False))]
+    v = LM_MARKOV_CONVERGED_START.converged
+    at = argv.index("--patience")
+    assert argv[at + 1] == str(v.patience) and argv[argv.index("--validate-interval-updates") + 1] == str(v.validate_updates)
+    assert argv[len(argv) - 1 - argv[::-1].index("--max-update") + 1] == str(v.scratch_max_updates)
