@@ -7,7 +7,9 @@ import shutil
 from dataclasses import dataclass
 from typing import List, Tuple
 
-from .fairseq_steps import run_fairseq_heads
+from ..convergence import Validation, validation_line
+from ..files import write_text_atomic
+from .fairseq_steps import run_fairseq_heads, training_summary
 from .runner import Step, StepContext
 
 @dataclass(frozen=True)
@@ -92,3 +94,43 @@ def result_record(v, seed: int, name: str) -> List[object]:
             "--plateau-loss-tolerance", v.plateau_loss_tolerance,
             "--phase", f"l0={{results}}/models/{name}/validations_l0.jsonl",
             "--phase", f"fixed_mask={{results}}/models/{name}/validations.jsonl"]
+
+
+# ------------------------------------------------------------------ the baseline as its own seed's full layout
+def baseline_is_full_scratch(c, lam: float, seed: int) -> bool:
+    """Whether the full layout (λ=0) trained from scratch with `seed` would be the baseline run
+    again: the same architecture, data, optimiser and schedule (each recipe's scratch steps train
+    with the baseline's settings), the same seed, and the same stop (no time cap; validations,
+    patience and update cap equal). A head mask of ones changes nothing (tests/core: masked ≡
+    plain). `c` is a translation or language-model recipe's config."""
+    t, v = c.train, c.converged
+    return (lam == 0 and seed == t.seed and not t.minutes and t.max_update == v.scratch_max_updates
+            and t.patience == v.patience and t.validate_updates == v.validate_updates)
+
+
+def baseline_validations(log_path: str) -> List[Validation]:
+    """The validations of a fairseq-train log (--log-format json), one per update: a run resumed
+    from its last checkpoint may log an update twice, and the later record is the kept one."""
+    by_update = {}
+    for record in training_summary(log_path)["valid"]:
+        if "valid_num_updates" in record and "valid_loss" in record:
+            update = int(record["valid_num_updates"])
+            by_update[update] = Validation(update, float(record["valid_loss"]), None)
+    return [by_update[update] for update in sorted(by_update)]
+
+
+def reuse_baseline(checkpoint: str, log: str):
+    """A call step: the baseline's best checkpoint (CHECKPOINT under the results folder; a hard
+    link where the file system allows) and its validations, read from its training LOG, as this
+    step's model (`checkpoint_best.pt`, `validations.jsonl`)."""
+    def call(context: StepContext) -> None:
+        target = os.path.join(context.out, "checkpoint_best.pt")
+        try:
+            os.link(context.path(checkpoint), target)
+        except OSError:
+            shutil.copy2(context.path(checkpoint), target)
+        records = baseline_validations(context.path(log))
+        if not records:
+            raise ValueError(f"{context.path(log)}: no validation records to reuse")
+        write_text_atomic(os.path.join(context.out, "validations.jsonl"), "".join(map(validation_line, records)))
+    return call

@@ -25,8 +25,9 @@ from dataclasses import asdict, dataclass
 from typing import List
 
 from .config import settings_except
-from .converged_phases import (ConvergedProtocol, fixed_mask_phase_options, l0_phase_options, phase_settings,
-                               phase_steps, result_record, validations)
+from .converged_phases import (ConvergedProtocol, baseline_is_full_scratch, fixed_mask_phase_options,
+                               l0_phase_options, phase_settings, phase_steps, result_record, reuse_baseline,
+                               validations)
 from .fairseq_steps import train_argv
 from .runner import Step, StepContext
 
@@ -76,7 +77,8 @@ def lm_converged_steps(lm, lam: float, seed: int) -> List[Step]:
 
 
 def scratch_steps(lm, name: str, lam: float, seed: int, mask: str) -> List[Step]:
-    """`name`'s layout (its mask) trained from random init as the baseline was, to patience."""
+    """`name`'s layout (its mask) trained from random init as the baseline was, to patience; the
+    baseline itself where it is that model (converged_phases.baseline_is_full_scratch)."""
     c, v = lm.c, lm.c.converged
     scratch = f"scratch_{name}"
     if lam == 0:  # the full layout: every head, not whichever the control's gates happened to keep
@@ -90,9 +92,16 @@ def scratch_steps(lm, name: str, lam: float, seed: int, mask: str) -> List[Step]
             "--validation-trace", os.path.join(context.out, "validations.jsonl"), "--seed", seed])
 
     settings = {"model": asdict(c.model), "train": lm.train_settings(), "converged": phase_settings(v, "scratch"), "seed": seed}
+    if baseline_is_full_scratch(c, lam, seed):  # the baseline trained to patience on this schedule
+        training = Step(scratch, f"models/{scratch}", {**settings, "reuses": f"baseline{lm.suffix}"},
+                        inputs=("data", f"baseline{lm.suffix}", mask_step),
+                        call=reuse_baseline(f"models/baseline{lm.suffix}/checkpoint_best.pt",
+                                            f"logs/baseline{lm.suffix}.log"))
+    else:
+        training = Step(scratch, f"models/{scratch}", settings, inputs=("data", mask_step), command=train,
+                        resumable=True)
     return [
-        Step(scratch, f"models/{scratch}", settings, inputs=("data", mask_step), command=train,
-             resumable=True),
+        training,
         Step(f"result_{scratch}", f"results/{scratch}", lm.result_settings(),
              inputs=("data", scratch, mask_step),
              call=lm.result_call(scratch, lam, checkpoint=f"models/{scratch}/checkpoint_best.pt", kind="from_scratch",

@@ -23,18 +23,17 @@ baseline was itself trained to patience on the same schedule, that model of the 
 seed *is* the baseline (`baseline_is_full_scratch`): it is reused, not trained again.
 """
 import os
-import shutil
 from dataclasses import asdict, dataclass
 from typing import List, Tuple
 
 import torch
 
-from ..convergence import Validation, validation_line
 from ..files import write_text_atomic
-from .fairseq_steps import train_argv, training_summary
+from .fairseq_steps import train_argv
 from .nmt_config import ALL_TYPES, BASELINE_CHECKPOINT, l0_settings, lambda_name, train_settings
-from .converged_phases import (ConvergedProtocol, fixed_mask_phase_options, l0_phase_options, phase_settings,
-                               phase_steps, result_record, validations)
+from .converged_phases import (ConvergedProtocol, baseline_is_full_scratch, fixed_mask_phase_options,
+                               l0_phase_options, phase_settings, phase_steps, result_record, reuse_baseline,
+                               validations)
 from .runner import Step, StepContext
 
 
@@ -113,7 +112,6 @@ def speed_step(nmt, name: str, mask: str) -> Step:
     def call(context: StepContext) -> None:
         import json
 
-        from ..files import write_text_atomic
         from ..gating.head_masks import load_head_mask
         from ..pruning.decode_speed import compare_pruned
 
@@ -168,27 +166,6 @@ def heuristic_steps(nmt, l0_name: str, metric: str, seed: int, gated) -> List[St
     ]
 
 
-def baseline_is_full_scratch(c, lam: float, seed: int) -> bool:
-    """Whether the full layout (λ=0) trained from scratch with `seed` would be the baseline run
-    again: the same architecture, data, optimiser and schedule (scratch_steps trains with the
-    baseline's settings), the same seed, and the same stop (no time cap; validations, patience
-    and update cap equal). A head mask of ones changes nothing (tests/core: masked ≡ plain)."""
-    t, v = c.train, c.converged
-    return (lam == 0 and seed == t.seed and not t.minutes and t.max_update == v.scratch_max_updates
-            and t.patience == v.patience and t.validate_updates == v.validate_updates)
-
-
-def baseline_validations(log_path: str) -> List[Validation]:
-    """The validations of a fairseq-train log (--log-format json), one per update: a run resumed
-    from its last checkpoint may log an update twice, and the later record is the kept one."""
-    by_update = {}
-    for record in training_summary(log_path)["valid"]:
-        if "valid_num_updates" in record and "valid_loss" in record:
-            update = int(record["valid_num_updates"])
-            by_update[update] = Validation(update, float(record["valid_loss"]), None)
-    return [by_update[update] for update in sorted(by_update)]
-
-
 def scratch_steps(nmt, name: str, lam: float, seed: int, mask: str) -> List[Step]:
     """`name`'s layout (its mask) trained from random init as the baseline was, to patience; the
     baseline itself where it is that model (`baseline_is_full_scratch`)."""
@@ -204,25 +181,12 @@ def scratch_steps(nmt, name: str, lam: float, seed: int, mask: str) -> List[Step
             "--max-update", v.scratch_max_updates, "--patience", v.patience, *validations(v),
             "--validation-trace", os.path.join(context.out, "validations.jsonl")])
 
-    def reuse_baseline(context: StepContext) -> None:
-        """The baseline's best checkpoint (a hard link where the file system allows) and its
-        validations, read from its training log, as this model's."""
-        checkpoint = context.path(f"models/baseline{s}/{BASELINE_CHECKPOINT}")
-        target = os.path.join(context.out, "checkpoint_best.pt")
-        try:
-            os.link(checkpoint, target)
-        except OSError:
-            shutil.copy2(checkpoint, target)
-        records = baseline_validations(context.path(f"logs/baseline{s}.log"))
-        if not records:
-            raise ValueError(f"{context.path(f'logs/baseline{s}.log')}: no validation records to reuse")
-        write_text_atomic(os.path.join(context.out, "validations.jsonl"), "".join(map(validation_line, records)))
-
     settings = {"model": asdict(c.model), "train": train_settings(t), "converged": phase_settings(v, "scratch"),
                 "seed": seed}
     if baseline_is_full_scratch(c, lam, seed):
         training = Step(scratch, f"models/{scratch}", {**settings, "reuses": f"baseline{s}"},
-                        inputs=("data", f"baseline{s}", f"mask_{name}"), call=reuse_baseline)
+                        inputs=("data", f"baseline{s}", f"mask_{name}"),
+                        call=reuse_baseline(f"models/baseline{s}/{BASELINE_CHECKPOINT}", f"logs/baseline{s}.log"))
     else:
         training = Step(scratch, f"models/{scratch}", settings, inputs=("data", f"mask_{name}"), command=train,
                         resumable=True)

@@ -1,5 +1,5 @@
 """The full layout from scratch of the baseline's own seed is the baseline, where the baseline
-was trained to patience on the scratch models' schedule (nmt_converged.baseline_is_full_scratch):
+was trained to patience on the scratch models' schedule (converged_phases.baseline_is_full_scratch):
 reused, not trained again. The rule on the recipes' configs, the reuse on a hand-made results
 folder, and on the toy recipe end to end (its BLEU is the baseline's)."""
 import json
@@ -9,7 +9,7 @@ import sys
 from dataclasses import replace
 
 from fairseq_heads.convergence import read_validations
-from fairseq_heads.pipeline.nmt_converged import baseline_is_full_scratch
+from fairseq_heads.pipeline.converged_phases import baseline_is_full_scratch
 from fairseq_heads.pipeline.recipes import MULTI30K_CPU, recipe_steps
 from fairseq_heads.pipeline.runner import StepContext
 
@@ -76,8 +76,19 @@ def test_the_toy_recipe_scores_the_reused_baseline_as_the_full_layout_from_scrat
     assert scratch["bleu"] == baseline["bleu"]
     # the phase ran as long as the baseline's training, and its best validation is where the
     # baseline's best checkpoint (the one scored) was saved
-    from fairseq_heads.pipeline.nmt_converged import baseline_validations
+    from fairseq_heads.pipeline.converged_phases import baseline_validations
 
     logged = baseline_validations(str(results / "logs" / "baseline.log"))
     phase = scratch["training"]["phases"]["from_scratch"]
     assert phase["updates"] == logged[-1].update and phase["best_update"] == baseline["updates"]
+
+
+def test_the_lm_recipe_reuses_its_baseline_where_it_was_trained_to_patience_on_the_scratch_schedule():
+    from fairseq_heads.pipeline.recipes import LM_MARKOV_CONVERGED, LM_MARKOV_CONVERGED_START
+
+    start = {s.name: s for s in recipe_steps(LM_MARKOV_CONVERGED_START, "/data", "/user_dir")}
+    assert start["scratch_l0_0_conv_s1"].call is not None and "baseline" in start["scratch_l0_0_conv_s1"].inputs
+    assert start["scratch_l0_0_conv_s2"].command is not None          # another seed trains its own
+    assert start["scratch_l0_0.5_conv_s1"].command is not None        # a pruned layout too
+    fixed = {s.name: s for s in recipe_steps(LM_MARKOV_CONVERGED, "/data", "/user_dir")}
+    assert fixed["scratch_l0_0_conv_s1"].command is not None           # a baseline of 2,000 fixed updates
