@@ -33,7 +33,8 @@ def run_result(args) -> int:
     """Write one language model's result file (perplexity + the heads it has)."""
     from ..files import check_output_file
     from ..checkpoints import check_checkpoint_file
-    from ..report.lm_report import BLOCK_LOSSES, lm_model_result, write_block_losses, write_lm_result
+    from ..report.block_losses import BLOCK_LOSSES, write_block_losses
+    from ..report.lm_report import lm_model_result, write_lm_result
 
     device = device_and_batch(args)
     check_checkpoint_file(args.path)

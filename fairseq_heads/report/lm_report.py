@@ -14,13 +14,12 @@ A model's result file (`fairseq-heads lm-result`), paths relative to the results
 import csv
 import json
 import os
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
-
-import numpy as np
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..files import write_text_atomic
 from ..numbers import format_number
 from ..stats.table import label_kind, read_json_document
+from .block_losses import BlockLosses, read_block_losses
 from .function_tables import head_level_interval
 from .lm_protocol_tables import (ADVANTAGE_COLUMNS, advantage_rows, control_of, costs_against_controls,
                                  has_block_losses, has_converged, paired_cost_interval, protocol_label, relative_cost,
@@ -37,20 +36,11 @@ class LMReportError(ValueError):
 # ---------------------------------------------------------------- one model's result
 
 
-class BlockLosses(NamedTuple):
-    """A model's loss on each block of a subset, in sample-id order (pruning/curve.py)."""
-    subset: str
-    nll: np.ndarray      # summed NLL of each block, nats
-    tokens: np.ndarray   # its target tokens
-
-
-BLOCK_LOSSES = "block_losses.json"
-
-
 def lm_model_result(name: str, kind: str, checkpoint: str, data_bin: str, subset: str,
                     results_dir: str, l0_lambda: Optional[float] = None,
                     from_model: Optional[str] = None, batch_size: Optional[int] = 16,
-                    max_tokens: Optional[int] = None, cpu: bool = False) -> Tuple[Dict[str, object], BlockLosses]:
+                    max_tokens: Optional[int] = None,
+                    cpu: bool = False) -> Tuple[Dict[str, object], BlockLosses]:
     """Perplexity of `checkpoint` on `subset` (teacher-forced blocks, as fairseq-eval-lm) and the
     dec-self heads it has (a pruned checkpoint's layout, less the heads closed by the --head-mask it
     was trained with, if any), and each block's loss (`block_losses.json`, for paired bootstraps
@@ -85,22 +75,6 @@ def lm_model_result(name: str, kind: str, checkpoint: str, data_bin: str, subset
         "heads_total": len(layout) * int(total_per_layer),
     }
     return result, BlockLosses(subset, nll, tokens)
-
-
-def write_block_losses(blocks: BlockLosses, path: str) -> None:
-    write_text_atomic(path, json.dumps({"subset": blocks.subset, "nll": [round(float(x), 6) for x in blocks.nll],
-                                        "tokens": [int(x) for x in blocks.tokens]}) + "\n")
-
-
-def read_block_losses(results_dir: str, name: str) -> Optional[BlockLosses]:
-    """RESULTS/results/NAME/block_losses.json; None for a result file written before it existed."""
-    path = os.path.join(results_dir, "results", name, BLOCK_LOSSES)
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        doc = json.load(f)
-    return BlockLosses(doc["subset"], np.asarray(doc["nll"], dtype=np.float64),
-                       np.asarray(doc["tokens"], dtype=np.int64))
 
 
 def masked_layout(layout: List[List[int]], mask_rows) -> List[List[int]]:
