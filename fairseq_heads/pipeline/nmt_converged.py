@@ -126,7 +126,7 @@ def speed_step(nmt, name: str, mask: str) -> Step:
                 os.remove(os.path.join(context.out, path))
         write_text_atomic(os.path.join(context.out, "decode_speed.json"), json.dumps(report, indent=1) + "\n")
     return Step(f"speed_{name}", f"speed/{name}", {"generate": asdict(g), "rounds": 2},
-                inputs=("data", name, f"mask_{name}"), call=call)
+                inputs=("data", name, f"mask_{name}"), call=call, alone=True)  # a timing: no training beside it
 
 
 def heuristic_steps(nmt, l0_name: str, metric: str, seed: int, gated) -> List[Step]:

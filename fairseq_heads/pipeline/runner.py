@@ -53,6 +53,8 @@ class Step:
     call      a function (StepContext) -> None, run in this process; or
     command   a function (StepContext) -> argv, run as a subprocess
     resumable keep OUT.partial when the step fails, and resume from it under the same key
+    alone     a timing (call steps only): it starts when no other step runs or is ready to, and
+              none starts beside it, as the loop waits for a call
     """
     name: str
     out: Optional[str]
@@ -61,10 +63,13 @@ class Step:
     call: Optional[Callable[["StepContext"], None]] = None
     command: Optional[Callable[["StepContext"], List[str]]] = None
     resumable: bool = False
+    alone: bool = False
 
     def __post_init__(self):
         if (self.call is None) == (self.command is None):
             raise ValueError(f"step {self.name}: give exactly one of call and command")
+        if self.alone and self.call is None:
+            raise ValueError(f"step {self.name}: only a call step runs alone (it blocks the loop while it runs)")
 
 
 @dataclass
@@ -320,6 +325,8 @@ class Runner:
                     blocked.add(step.name)
                     pending.remove(step)
             ready = [s for s in pending if all(i in done for i in s.inputs)]
+            busy = bool(running) or any(not s.alone for s in ready)
+            ready = [s for s in ready if not (s.alone and busy)]
             launched = False
             # list order is priority: a command listed after a ready call step waits for it, since
             # the call may make a command listed before that one ready (a mask, then its model)

@@ -109,7 +109,8 @@ def compare_pruned(checkpoint: str, data_bin: str, src: str, tgt: str, masks: Di
                         "speedup": round(speed(pruned) / speed(masked), 3),
                         "predicted_speedup_flops": round(predicted, 3),
                         "same_translations": runs[masked][0]["hypotheses"] == runs[pruned][0]["hypotheses"]})
-    return {"subset": subset, "sentences": sentences, "beam": beam, "batch_size": batch_size, "rounds": rounds,
+    return {"subset": subset, "sentences": runs["unpruned"][0]["sentences"], "sentence_limit": sentences,
+            "beam": beam, "batch_size": batch_size, "rounds": rounds,
             "device": "cpu" if cpu or not torch.cuda.is_available() else torch.cuda.get_device_name(0),
             "unpruned_tokens_per_s": round(speed("unpruned"), 1), "results": results,
             "runs": {name: [{k: round(v, 3) if isinstance(v, float) else v for k, v in r.items() if k != "hypotheses"}

@@ -83,6 +83,8 @@ def test_the_pruned_models_decoding_speed_is_measured_against_it_masked(converge
     report = json.loads((results / "speed" / "enc_l0_0.002_conv_s1" / "decode_speed.json").read_text())
     (result,) = report["results"]
     assert result["same_translations"] and result["predicted_speedup_flops"] >= 1
+    # the sentences decoded, not the cap on them
+    assert report["sentences"] == report["runs"]["unpruned"][0]["sentences"] <= report["sentence_limit"]
     assert set(result["tokens_per_s"]) == {"masked_enc_l0_0.002_conv_s1", "pruned_enc_l0_0.002_conv_s1"}
     assert not [p for p in os.listdir(results / "speed" / "enc_l0_0.002_conv_s1") if p.endswith(".pt")]
 

@@ -163,3 +163,31 @@ def test_list_order_is_priority_a_ready_call_runs_before_later_listed_commands(t
              command("fixed", ("mask",)), command("other")]
     assert Runner(steps, tmp_path, jobs=1).run() == []
     assert ran(capsys) == ["a", "mask", "fixed", "other"]
+
+
+RUNNING = """
+import os, sys, time
+marker = sys.argv[1]
+open(marker, "w").close()
+time.sleep(1.0)
+os.remove(marker)
+"""
+
+
+def test_a_step_that_runs_alone_waits_for_every_other_step_and_none_starts_beside_it(tmp_path, capsys):
+    # jobs=2, the timing listed first and ready at once: it still runs after both trainings, with
+    # neither running (their markers exist only while they run)
+    seen = []
+
+    def timing(context):
+        seen.append(sorted(p.name for p in tmp_path.glob("*.running")))
+
+    def training(name):
+        return Step(name, name, command=lambda context: [sys.executable, "-c", RUNNING,
+                                                          str(tmp_path / f"{name}.running")])
+
+    steps = [Step("timing", "timing", call=timing, alone=True), training("a"), training("b")]
+    assert Runner(steps, tmp_path / "r", jobs=2).run() == []
+    assert seen == [[]] and ran(capsys)[-1] == "timing"
+    with pytest.raises(ValueError, match="only a call step runs alone"):
+        Step("x", "x", command=lambda context: ["true"], alone=True)
