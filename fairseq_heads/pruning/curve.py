@@ -102,7 +102,7 @@ def block_losses(model: nn.Module, task, subset: str, batch_size: Optional[int] 
                  limit: Optional[int] = None, max_tokens: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
     """Each block of `subset`, in sample-id order: its summed NLL (nats, teacher forced) and its
     target tokens. The perplexity is theirs pooled; a bootstrap over the test set resamples them
-    (report/significance.py, `bootstrap_relative_cost`)."""
+    (report/significance.py, `bootstrap_log_perplexity`)."""
     model.eval()
     pad = task.target_dictionary.pad()
     nll, tokens = {}, {}
