@@ -41,7 +41,7 @@ def relative_cost(perplexity: float, reference: float) -> float:
 
 
 def control_of(result: dict, l0_results: Sequence[dict]) -> Optional[dict]:
-    """The λ=0 model of RESULT's protocol and seed (fine-tuned as long, without a penalty): what
+    """The λ=0 model of RESULT's protocol and seed (fine-tuned under the same protocol without a penalty): what
     a pruned model is measured against, so that the fine-tune's own gain is not counted as the
     pruning's; None where there is none (or RESULT is it)."""
     if not result.get("l0_lambda"):

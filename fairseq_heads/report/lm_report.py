@@ -230,7 +230,7 @@ def build_lm_tables(results_dir: str) -> str:
                          f"{100 * (r['perplexity'] / base_ppl - 1):+.1f}% | {versus_control}" + " | ".join(cells) + " |")
         if controlled:
             lines += ["", "Δ vs its λ=0 control: the perplexity over that of the λ=0 model of the same protocol and "
-                      "seed (fine-tuned as long, without a penalty), with a 95% paired-bootstrap interval over the "
+                      "seed (fine-tuned under the same protocol without a penalty), with a 95% paired-bootstrap interval over the "
                       "test blocks where both models kept their block losses."]
         lines.append("")
 
