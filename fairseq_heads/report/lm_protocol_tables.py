@@ -73,12 +73,10 @@ def scratch_quadruples(results: Sequence[dict]) -> List[Dict[str, dict]]:
     layout were all trained from scratch: {"trained", "control", "scratch", "full_scratch"}."""
     converged = {r["name"]: r for r in results if r.get("protocol") == "converged"}
     scratch_of = {r["from_model"]: r for r in converged.values() if r["kind"] == "from_scratch"}
-    control_of = {(r.get("seed") or 1): r for r in converged.values()
-                  if r["kind"] == "l0" and r.get("l0_lambda") == 0}
+    l0 = [r for r in converged.values() if r["kind"] == "l0"]
     out = []
-    for trained in sorted((r for r in converged.values() if r["kind"] == "l0" and r.get("l0_lambda")),
-                          key=lambda r: (r["l0_lambda"], r.get("seed") or 1)):
-        control = control_of.get(trained.get("seed") or 1)
+    for trained in sorted((r for r in l0 if r.get("l0_lambda")), key=lambda r: (r["l0_lambda"], r.get("seed") or 1)):
+        control = control_of(trained, l0)
         if trained["name"] in scratch_of and control and control["name"] in scratch_of:
             out.append({"trained": trained, "control": control, "scratch": scratch_of[trained["name"]],
                         "full_scratch": scratch_of[control["name"]]})

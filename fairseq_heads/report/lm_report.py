@@ -212,6 +212,11 @@ def build_lm_tables(results_dir: str) -> str:
                 key=lambda r: (protocol_label(r) != "quick", r["l0_lambda"], r.get("seed") or 1))
     protocols = has_converged(l0)  # a protocol column only where there is more than one
     controls = {r["name"]: control_of(r, l0) for r in l0}
+    blocks = {}  # {model: (per-block NLL, tokens)} of the result files that kept them
+    for r in results:
+        losses = read_block_losses(results_dir, r["name"])
+        if losses is not None:
+            blocks[r["name"]] = (losses.nll, losses.tokens)
     controlled = any(controls.values())
     if l0:
         lines += ["## 2. L0 sweep: heads kept, perplexity, surviving functions", "",
@@ -225,7 +230,7 @@ def build_lm_tables(results_dir: str) -> str:
                 members = [k for k, fs in functions.items() if (f in fs if f != "none" else not fs)]
                 cells.append(f"{sum(k in kept for k in members)}/{len(members)}" if members else "–")
             protocol = f"{protocol_label(r)} | {_fmt(training_updates(r) or r.get('updates'))} | " if protocols else ""
-            versus_control = _versus_control(results_dir, r, controls[r["name"]]) if controlled else ""
+            versus_control = _versus_control(r, controls[r["name"]], blocks) if controlled else ""
             lines.append(f"| {r['l0_lambda']:g} | {protocol}{r['heads_kept']}/{r['heads_total']} | {_fmt(r['perplexity'])} | "
                          f"{100 * (r['perplexity'] / base_ppl - 1):+.1f}% | {versus_control}" + " | ".join(cells) + " |")
         if controlled:
@@ -306,12 +311,6 @@ def build_lm_tables(results_dir: str) -> str:
         lines.append("")
     quadruples = scratch_quadruples(results)
     if quadruples:
-        blocks = {}
-        for q in quadruples:
-            for model in q.values():
-                losses = read_block_losses(results_dir, model["name"])
-                if losses is not None:
-                    blocks[model["name"]] = (losses.nll, losses.tokens)
         rows = advantage_rows(quadruples, blocks)
         intervals = ("Each seed's costs and advantage carry a 95% paired-bootstrap interval over the test blocks "
                      "(its four models scored on the same resampled blocks); a mean row gives each column's mean "
@@ -332,14 +331,14 @@ def build_lm_tables(results_dir: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _versus_control(results_dir: str, result: dict, control: Optional[dict]) -> str:
-    """The §2 cell: RESULT's relative perplexity cost against CONTROL, with its paired interval."""
+def _versus_control(result: dict, control: Optional[dict], blocks: Dict[str, tuple]) -> str:
+    """The §2 cell: RESULT's relative perplexity cost against CONTROL, with its paired interval
+    where both kept their block losses."""
     if control is None:
         return "– | "
     cell = f"{100 * relative_cost(result['perplexity'], control['perplexity']):+.1f}%"
-    system, reference = read_block_losses(results_dir, result["name"]), read_block_losses(results_dir, control["name"])
-    if system is not None and reference is not None:
-        low, high = paired_cost_interval((system.nll, system.tokens), (reference.nll, reference.tokens))
+    if result["name"] in blocks and control["name"] in blocks:
+        low, high = paired_cost_interval(blocks[result["name"]], blocks[control["name"]])
         cell += f" [{low:+.1f}, {high:+.1f}]"
     return cell + " | "
 
