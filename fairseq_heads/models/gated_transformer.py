@@ -128,8 +128,20 @@ def check_plain_checkpoint_heads(model: nn.Module, state_dict) -> None:
                 f"weights would be split into other heads; use --{side}-attention-heads {theirs}")
 
 
+class GatedCheckpointLoading:
+    """The loading hook of the gated fairseq models (put first among the bases): refuse weights
+    trained with other head counts, then let the gates follow the head target the weights
+    recorded (gating/head_target.py)."""
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        check_plain_checkpoint_heads(self, state_dict)
+        loaded = super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        follow_recorded_target(self)
+        return loaded
+
+
 @register_model("gated_transformer")
-class GatedTransformerModel(TransformerModel):
+class GatedTransformerModel(GatedCheckpointLoading, TransformerModel):
     """Transformer whose attention heads (of the types in --gated-attention) carry Hard
     Concrete gates. Loads plain `transformer` checkpoints of the same sizes (gates start open)."""
 
@@ -144,11 +156,6 @@ class GatedTransformerModel(TransformerModel):
         parse_attention_types(args.gated_attention)  # fail before building anything
         return gate_built_model(super().build_model(args, task), args)
 
-    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
-        check_plain_checkpoint_heads(self, state_dict)
-        loaded = super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
-        follow_recorded_target(self)  # the gates follow the head target the weights recorded
-        return loaded
 
 
 def gated_base_architecture(args):

@@ -10,10 +10,9 @@ import dataclasses
 from fairseq.models import register_model
 from fairseq.models.transformer_lm import TransformerLanguageModel, TransformerLanguageModelConfig
 
-from ..gating.head_target import follow_recorded_target
 from .gate_options import gate_fields
 from .gated_transformer import (
-    check_plain_checkpoint_heads,
+    GatedCheckpointLoading,
     gate_built_model,
     parse_attention_types,
     register_gated_counterparts,
@@ -30,18 +29,12 @@ GatedTransformerLanguageModelConfig.__module__ = __name__
 
 
 @register_model("gated_transformer_lm", dataclass=GatedTransformerLanguageModelConfig)
-class GatedTransformerLanguageModel(TransformerLanguageModel):
+class GatedTransformerLanguageModel(GatedCheckpointLoading, TransformerLanguageModel):
     @classmethod
     def build_model(cls, args, task):
         if parse_attention_types(args.gated_attention) != {"dec-self"}:
             raise ValueError("--gated-attention: a decoder-only language model has only dec-self attention")
         return gate_built_model(super().build_model(args, task), args)
-
-    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
-        check_plain_checkpoint_heads(self, state_dict)
-        loaded = super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
-        follow_recorded_target(self)  # the gates follow the head target the weights recorded
-        return loaded
 
 
 def lm_gate_defaults(args) -> None:
