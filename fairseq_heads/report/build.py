@@ -12,6 +12,7 @@ from typing import Callable, List, NamedTuple, Optional, Tuple
 
 from . import figures, layout, tables
 from .baseline_seeds import baseline_seed_table
+from .decode_speed_table import decode_speed_table
 from .michel import michel_comparison_table
 from .results_folder import Inputs, load_inputs, read_trace  # noqa: F401  (read_trace: the tests)
 from .seed_means import TooFewSeeds, seed_mean_table
@@ -59,6 +60,17 @@ def _michel_comparison(inputs: Inputs) -> List[Tuple[str, Table]]:
         return [(f"{title}: not computed ({missing})", Table([], []))]
 
 
+def _decode_speed(inputs: Inputs) -> List[Tuple[str, Table]]:
+    """What the pruned models decode at, where it was measured (none: no table)."""
+    if not inputs.decode_speeds:
+        return []
+    title = "Decoding speed of the pruned models: measured against masked, and predicted"
+    try:
+        return [(title, decode_speed_table(inputs.results, inputs.translations, inputs.decode_speeds))]
+    except MissingInput as missing:
+        return [(f"{title}: not computed ({missing})", Table([], []))]
+
+
 def _baseline_seeds(inputs: Inputs) -> List[Tuple[str, Table]]:
     """The spread over baselines of several seeds, where the folder has them (else no table)."""
     try:
@@ -89,7 +101,7 @@ def _encoder_section(inputs: Inputs, draw: Callable) -> Section:
     return Section("1. Encoder heads: BLEU against heads kept (L0 sweep, decoder frozen) and "
                    "heuristic pruning", [("", table), _differences(inputs, [layout.ENCODER_L0])]
                    + _michel_comparison(inputs) + _seed_means(inputs, [layout.ENCODER_L0])
-                   + _baseline_seeds(inputs),
+                   + _decode_speed(inputs) + _baseline_seeds(inputs),
                    [("BLEU against encoder heads kept", name)])
 
 

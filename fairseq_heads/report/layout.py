@@ -13,6 +13,8 @@
                                   when the statistics above ran on an unparsed one (in domain)
     curve/curve.csv               `fairseq-heads curve` of the baseline (encoder heads)
     curves/<metric>/curve.csv     the same, one per importance metric (the pipeline's recipes)
+    speed/<model>/decode_speed.json   decoding speed of <model> pruned against masked
+                                  (pruning/decode_speed.py; the converged recipe's speed steps)
     tables.md, report.html, figures/*.png   written by `fairseq-heads report`
 """
 import os
@@ -33,6 +35,8 @@ CURVES = "curves"
 TABLES_MD = "tables.md"
 REPORT_HTML = "report.html"
 FIGURES = "figures"
+SPEED = "speed"                      # speed/<model>/decode_speed.json (pruning/decode_speed.py)
+DECODE_SPEED_JSON = "decode_speed.json"
 
 # Model kinds of a result file: what the recipe trained, and how.
 BASELINE = "baseline"          # the plain Transformer

@@ -26,6 +26,8 @@ class Inputs(NamedTuple):
     l0_phases: List[dict] = []
     # the curves of curves/<metric>/curve.csv, one per importance metric, by metric
     curves: Dict[str, List[Dict[str, str]]] = {}
+    # the decoding speed of pruned models, speed/<model>/decode_speed.json, by model
+    decode_speeds: Dict[str, dict] = {}
 
 
 def read_csv(path: str) -> List[Dict[str, str]]:
@@ -88,7 +90,11 @@ def load_inputs(results_dir: str) -> Inputs:
     if heads is not None and os.path.isfile(syntax_csv):
         heads = merge_head_statistics(heads, read_csv_rows(syntax_csv))
     curve = read_csv(curve_csv) if os.path.isfile(curve_csv) else next(iter(curves.values()), None)
-    return Inputs(results, heads, agreement, curve, traces, results_dir, translations, l0_phases, curves)
+    speeds = {}
+    for path in sorted(glob.glob(os.path.join(results_dir, layout.SPEED, "*", layout.DECODE_SPEED_JSON))):
+        with open(path, encoding="utf-8") as f:
+            speeds[os.path.basename(os.path.dirname(path))] = json.load(f)
+    return Inputs(results, heads, agreement, curve, traces, results_dir, translations, l0_phases, curves, speeds)
 
 
 def unfinished_l0_phases(results_dir: str, results: List[dict]) -> List[dict]:

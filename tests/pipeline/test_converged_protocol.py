@@ -87,6 +87,7 @@ def test_the_pruned_models_decoding_speed_is_measured_against_it_masked(converge
     assert report["sentences"] == report["runs"]["unpruned"][0]["sentences"] <= report["sentence_limit"]
     assert set(result["tokens_per_s"]) == {"masked_enc_l0_0.002_conv_s1", "pruned_enc_l0_0.002_conv_s1"}
     assert not [p for p in os.listdir(results / "speed" / "enc_l0_0.002_conv_s1") if p.endswith(".pt")]
+    assert "Decoding speed of the pruned models" in (results / "tables.md").read_text()
 
 
 def test_a_second_seed_adds_its_models_and_reruns_nothing_of_the_first(converged):
