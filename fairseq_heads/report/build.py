@@ -15,6 +15,7 @@ from .baseline_seeds import baseline_seed_table
 from .decode_speed_table import decode_speed_table
 from .michel import michel_comparison_table
 from .results_folder import Inputs, load_inputs, read_trace  # noqa: F401  (read_trace: the tests)
+from .seed_masks import seed_mask_table
 from .seed_means import TooFewSeeds, seed_mean_table
 from .tables import MissingInput, Table
 
@@ -60,6 +61,14 @@ def _michel_comparison(inputs: Inputs) -> List[Tuple[str, Table]]:
         return [(f"{title}: not computed ({missing})", Table([], []))]
 
 
+def _seed_masks(inputs: Inputs, kind: str) -> List[Tuple[str, Table]]:
+    """Which heads the seeds agree on, where a λ has two converged seeds or more (else no table)."""
+    try:
+        return [("The heads each seed keeps, and how much the seeds agree", seed_mask_table(inputs.results, kind))]
+    except MissingInput:
+        return []
+
+
 def _decode_speed(inputs: Inputs) -> List[Tuple[str, Table]]:
     """What the pruned models decode at, where it was measured (none: no table)."""
     if not inputs.decode_speeds:
@@ -101,13 +110,14 @@ def _encoder_section(inputs: Inputs, draw: Callable) -> Section:
     return Section("1. Encoder heads: BLEU against heads kept (L0 sweep, decoder frozen) and "
                    "heuristic pruning", [("", table), _differences(inputs, [layout.ENCODER_L0])]
                    + _michel_comparison(inputs) + _seed_means(inputs, [layout.ENCODER_L0])
-                   + _decode_speed(inputs) + _baseline_seeds(inputs),
+                   + _seed_masks(inputs, layout.ENCODER_L0) + _decode_speed(inputs) + _baseline_seeds(inputs),
                    [("BLEU against encoder heads kept", name)])
 
 
 def _all_types_section(inputs: Inputs, draw: Callable) -> Section:
     captions = [("", tables.all_types_table(inputs.results)),
                 _differences(inputs, [layout.ALL_L0, layout.FROM_SCRATCH])] + _seed_means(inputs, [layout.ALL_L0])
+    captions += _seed_masks(inputs, layout.ALL_L0)
     fair = "Trained vs from scratch, converged protocol, per seed"
     try:
         captions += [(fair, tables.trained_vs_scratch_table(inputs.results, inputs.translations)),
