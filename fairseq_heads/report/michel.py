@@ -6,6 +6,7 @@ mask as the L0 model's fixed-mask phase is; its name is `michel_<metric>_as_<fro
 from typing import Dict, List, Sequence, Tuple
 
 from .layout import HEURISTIC
+from .seed_masks import kept_heads
 from .table_basics import MissingInput, Table, by_kind
 
 MICHEL_PREFIX = "michel_"
@@ -19,8 +20,9 @@ def heuristic_metric(result: dict) -> str:
 
 def michel_comparison_table(results: Sequence[dict], translations: Dict[str, Tuple[List[str], List[str]]],
                             samples: int = 1000) -> Table:
-    """Per heuristic model: the L0 model it matches, heads kept by each, both BLEUs and
-    ΔBLEU (L0 - heuristic) with its paired-bootstrap 95% CI over the test sentences."""
+    """Per heuristic model: the L0 model it matches, heads kept by each, the heads both keep
+    (beside a·b/n, what random sets of those sizes would share), both BLEUs and ΔBLEU
+    (L0 - heuristic) with its paired-bootstrap 95% CI over the test sentences."""
     from .significance import paired_bootstrap, sentence_statistics
 
     heuristics = by_kind(results, HEURISTIC)
@@ -38,10 +40,13 @@ def michel_comparison_table(results: Sequence[dict], translations: Dict[str, Tup
         difference = paired_bootstrap(sentence_statistics(*translations[l0["name"]]),
                                       sentence_statistics(*translations[result["name"]]), samples=samples)
         kept = [r["heads_kept"]["enc-self"] for r in (l0, result)]
-        rows.append([l0["name"], l0.get("seed"), f"{kept[0]}/{l0['heads_total']['enc-self']}", l0["bleu"],
-                     heuristic_metric(result), f"{kept[1]}", result["bleu"], difference.delta,
-                     difference.ci_low, difference.ci_high])
+        total = l0["heads_total"]["enc-self"]
+        shared = len(kept_heads(l0, ["enc-self"]) & kept_heads(result, ["enc-self"]))
+        rows.append([l0["name"], l0.get("seed"), f"{kept[0]}/{total}", l0["bleu"],
+                     heuristic_metric(result), f"{kept[1]}", shared, kept[0] * kept[1] / total, result["bleu"],
+                     difference.delta, difference.ci_low, difference.ci_high])
     return Table(["L0 model", "seed", "encoder heads kept (L0)", "BLEU L0", "heuristic metric",
-                  "heads kept (heuristic)", "BLEU heuristic", "Δ L0 − heuristic", "95% CI low", "95% CI high"],
+                  "heads kept (heuristic)", "heads both keep", "by chance (expected)", "BLEU heuristic",
+                  "Δ L0 − heuristic", "95% CI low", "95% CI high"],
                  rows, f"both sides fine-tuned with their head mask fixed, to the same patience; paired "
                        f"bootstrap over the test sentences, {samples} resamples")
