@@ -157,7 +157,6 @@ class GatedTransformerModel(GatedCheckpointLoading, TransformerModel):
         return gate_built_model(super().build_model(args, task), args)
 
 
-
 def gated_base_architecture(args):
     gate_defaults(args)
     base_architecture(args)

@@ -34,7 +34,7 @@ def decode_speed_table(results: Sequence[dict], translations: Dict[str, Tuple[Li
         report, result = speeds[name], by_name.get(name)
         if result is None:
             raise MissingInput(f"speed/{name}: the model has no result file (results/{name}/result.json)")
-        settings.add((report["device"], report["sentences"], report["subset"], report["beam"], report["batch_size"], report["rounds"]))
+        settings.add(tuple(report[k] for k in ("device", "sentences", "subset", "beam", "batch_size", "rounds")))
         control = controls.get(name)
         delta = [""] * 3
         if control is not None and name in translations and control["name"] in translations:
@@ -47,8 +47,8 @@ def decode_speed_table(results: Sequence[dict], translations: Dict[str, Tuple[Li
                          f"{measured['heads_kept']['enc-self']}/{result['heads_total']['enc-self']}", result["bleu"],
                          *delta, masked, pruned, measured["speedup"], measured["predicted_speedup_flops"],
                          "yes" if measured["same_translations"] else "NO"])
-    note = "; ".join(f"{device}, {sentences} sentences of {subset}, beam {beam}, batch {batch}, median of "
-                     f"{rounds} interleaved rounds" for device, sentences, subset, beam, batch, rounds in sorted(settings))
+    note = "; ".join(f"{device}, {sentences} sentences of {subset}, beam {beam}, batch {batch}, median of {rounds} "
+                     f"interleaved rounds" for device, sentences, subset, beam, batch, rounds in sorted(settings))
     return Table(COLUMNS, rows, f"decoding tokens/s ({note}); the pruned checkpoint against the same checkpoint "
                                 f"with those heads masked; ΔBLEU against the same seed's λ=0 control, paired "
                                 f"bootstrap over the test sentences, {samples} resamples")
