@@ -84,9 +84,10 @@ def validation_line(record: Validation) -> str:
 
 
 def best_validation(records: Sequence[Validation]) -> Optional[Validation]:
-    """The validation with the lowest loss (the first of equals): where fairseq's
-    checkpoint_best.pt was saved."""
-    return min(records, key=lambda r: r.loss) if records else None
+    """The validation with the lowest loss, the last of equals: where fairseq's checkpoint_best.pt
+    was last saved (it saves on a loss <= the best, the loss rounded to 3 decimals as logged, while
+    its patience counts only a loss < the best)."""
+    return min(reversed(records), key=lambda r: r.loss) if records else None
 
 
 def phase_summary(records: Sequence[Validation], validations: Optional[int] = None,

@@ -64,7 +64,7 @@ def test_phase_summary_and_trace_file(tmp_path):
     assert read_validations(str(path)) == records
     summary = phase_summary(records, validations=1)
     assert summary["updates"] == 500 and summary["validations"] == 5
-    assert summary["best_update"] == 300 and summary["best_loss"] == 3.9  # the first of equals
+    assert summary["best_update"] == 400 and summary["best_loss"] == 3.9  # the last of equals
     assert summary["converged_at"] == 400 and summary["open_heads"] == 20
     assert "converged_at" not in phase_summary(records)
     assert phase_summary(records, validations=3)["converged_at"] is None
