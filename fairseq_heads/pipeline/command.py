@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+from typing import List
 
 from ..errors import CommandError
 
@@ -103,6 +104,24 @@ def build_runner(args):
     return config, runner
 
 
+def earlier_overrides(recipe_json: str, overrides: List[str]) -> List[List[str]]:
+    """The `--set`s of the earlier invocations on this results folder that differ from this one
+    (from its recipe.json, which this invocation replaces): a folder that grows by re-runs with
+    other settings (the converged protocol's seeds, then its all-types point) keeps how to
+    reproduce every step in it."""
+    try:
+        with open(recipe_json, encoding="utf-8") as f:
+            previous = json.load(f)
+    except (OSError, ValueError):
+        return []
+    earlier = [list(o) for o in previous.get("earlier_overrides", [])] + [list(previous.get("overrides", []))]
+    kept = []
+    for item in earlier:
+        if item != list(overrides) and item not in kept:
+            kept.append(item)
+    return kept
+
+
 def run(args) -> int:
     from ..files import write_text_atomic
     from .config import config_dict
@@ -122,8 +141,10 @@ def run(args) -> int:
     logging.getLogger().addHandler(console)
     logging.getLogger().setLevel(logging.INFO)
     os.makedirs(runner.results, exist_ok=True)
-    write_text_atomic(os.path.join(runner.results, "recipe.json"), json.dumps(
+    recipe_json = os.path.join(runner.results, "recipe.json")
+    write_text_atomic(recipe_json, json.dumps(
         {"recipe": args.recipe, "scale": args.scale, "overrides": args.overrides,
+         "earlier_overrides": earlier_overrides(recipe_json, args.overrides),
          "config": config_dict(config), "machine": machine_info()}, indent=1) + "\n")
     # `timeout` (the GPU queue's device command) stops a run with SIGTERM: exit through Python
     # so that the runner stops the trainings it started

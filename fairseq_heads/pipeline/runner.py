@@ -180,7 +180,23 @@ class Runner:
             if not state and marker and marker.get("key") == self.keys[step.name]:
                 state = {"state": "done earlier", "seconds": marker.get("seconds")}
             rows.append({"step": step.name, "key": self.keys[step.name], **state})
+        rows += self._other_configs_rows()
         write_text_atomic(os.path.join(self.results, TIMINGS), json.dumps(rows, indent=1) + "\n")
+
+    def _other_configs_rows(self) -> List[dict]:
+        """The finished steps in this results folder that this config does not have: an earlier
+        invocation with other settings (e.g. more seeds) ran them, and their outputs are still
+        here, so the folder's steps.json keeps their seconds."""
+        folder = os.path.join(self.results, MARKERS)
+        names = sorted(f[:-len(".json")] for f in os.listdir(folder) if f.endswith(".json")) \
+            if os.path.isdir(folder) else []
+        rows = []
+        for name in names:
+            marker = self.read_marker(name)
+            if name not in self.by_name and marker is not None:
+                rows.append({"step": name, "key": marker.get("key"), "state": "done by another config",
+                             "seconds": marker.get("seconds")})
+        return rows
 
     def _finished(self, step: Step, state: str, seconds: float) -> None:
         self.state[step.name] = {"state": state, "seconds": round(seconds, 1)}

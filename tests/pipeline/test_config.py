@@ -1,5 +1,6 @@
 """--set on the recipes' frozen configs: values parsed by each field's type, one-line errors that
 name the setting, the config left as it was."""
+import json
 import re
 
 import pytest
@@ -74,6 +75,21 @@ def test_steps_that_do_not_fit_together_are_a_one_line_error_naming_the_recipe_a
     with pytest.raises(CommandError) as error:
         command.build_runner(args)
     assert str(error.value) == "recipe lm_english --scale toy --set train.seed=2: step b reads a, not declared before it"
+
+
+def test_recipe_json_keeps_the_sets_of_the_earlier_invocations_on_the_same_results_folder(tmp_path):
+    """The converged folder grows by re-runs with other --sets; its recipe.json says how each ran."""
+    from fairseq_heads.pipeline.command import earlier_overrides
+
+    recipe_json = tmp_path / "recipe.json"
+    assert earlier_overrides(str(recipe_json), ["converged.seeds=1"]) == []
+    recipe_json.write_text(json.dumps({"overrides": [], "earlier_overrides": []}))
+    assert earlier_overrides(str(recipe_json), []) == []  # the same invocation again
+    grown = ["l0.all_lambdas=0.005", "converged.seeds=1"]
+    assert earlier_overrides(str(recipe_json), grown) == [[]]
+    recipe_json.write_text(json.dumps({"overrides": grown, "earlier_overrides": [[]]}))
+    assert earlier_overrides(str(recipe_json), grown) == [[]]
+    assert earlier_overrides(str(recipe_json), []) == [grown]
 
 
 from fairseq_heads.pipeline import compute_keys  # noqa: E402

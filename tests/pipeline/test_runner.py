@@ -46,6 +46,19 @@ def test_a_second_run_skips_every_step_and_outputs_hold_the_inputs(tmp_path, cap
     assert all(row["state"] == "done earlier" for row in timings)
 
 
+def test_steps_json_keeps_the_steps_another_config_ran_in_the_same_folder(tmp_path, capsys):
+    Runner(chain(), tmp_path).run()
+    grown = chain()[:3] + [Step("stats_s2", "stats_s2", {"seed": 2}, inputs=("baseline",), call=writer("t"))]
+    assert Runner(grown, tmp_path).run() == []
+    assert ran(capsys)[-1] == "stats_s2"
+    rows = {row["step"]: row for row in json.loads((tmp_path / "steps.json").read_text())}
+    assert rows["stats_s2"]["state"] == "ran" and rows["bleu"]["state"] == "done earlier"
+    earlier = {name: rows[name]["state"] for name in ("stats", "curve", "other")}
+    assert earlier == dict.fromkeys(earlier, "done by another config")
+    marker = json.loads((tmp_path / ".steps" / "curve.json").read_text())
+    assert rows["curve"]["key"] == marker["key"] and rows["curve"]["seconds"] == marker["seconds"]
+
+
 def test_changing_the_baseline_reruns_exactly_the_steps_downstream_of_it(tmp_path, capsys):
     Runner(chain(), tmp_path).run()
     capsys.readouterr()
