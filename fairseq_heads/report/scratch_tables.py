@@ -85,6 +85,9 @@ def pruning_cost_table(results: Sequence[dict],
     from .significance import bootstrap_bleu, contrast, seed_mean_contrast, sentence_statistics
 
     pairs = _converged_pairs(results)
+    if not any(trained["l0_lambda"] for trained, _ in pairs):
+        # the λ=0 pair alone (its full layouts finish first) has no pruning cost to compare
+        raise MissingInput("no converged pruned layout (λ > 0) trained from scratch yet")
     scratch_of = {trained["name"]: scratch for trained, scratch in pairs}
     # (trained, control, from scratch, full layout from scratch) per seed, grouped by layout
     quadruples: Dict[float, List[List[dict]]] = {}

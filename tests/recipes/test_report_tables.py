@@ -365,6 +365,9 @@ def test_pruning_cost_measures_each_side_against_its_own_full_layout():
                              from_model="all_l0_0_conv_s1", phases={"from_scratch": {"updates": 3500}})
     results = CONVERGED_RESULTS + [control, full_scratch]
     translations = translations_of(results)
+    only_full = [r for r in results if r["kind"] == "baseline"] + [control, full_scratch]  # no pruned pair yet
+    with pytest.raises(tables.MissingInput, match=r"no converged pruned layout \(λ > 0\)"):
+        tables.pruning_cost_table(only_full, translations_of(only_full))
     table = tables.pruning_cost_table(results, translations, samples=200)
     # one row per seed of the λ=1 layout (seed 2 is measured against seed 1's control and its
     # full scratch model, the only ones), then their mean; the λ=0 pair itself is no row
