@@ -191,9 +191,9 @@ class Runner:
         names = sorted(f[:-len(".json")] for f in os.listdir(folder) if f.endswith(".json")) \
             if os.path.isdir(folder) else []
         rows = []
-        for name in names:
+        for name in (n for n in names if n not in self.by_name):
             marker = self.read_marker(name)
-            if name not in self.by_name and marker is not None:
+            if marker is not None:
                 rows.append({"step": name, "key": marker.get("key"), "state": "done by another config",
                              "seconds": marker.get("seconds")})
         return rows
