@@ -7,7 +7,8 @@ size, with its settings in one frozen config (`NmtRecipe`, overridable with --se
     stats         confidence, LRP, gradient, positional, rare on stats.subset (in domain: the
                   recipe's own valid set)
     syntax_data   PUD (or another parsed set) binarised with the model's sentencepiece and
-                  dictionaries; syntax_stats: syntactic heads on it (gold source parses)
+                  dictionaries; syntax_stats: syntactic heads on it (gold source parses);
+                  with syntax.compare, parsed_set_stats: stats's metrics on it too
     enc_l0_<λ>    encoder-only L0 fine-tunes (decoder frozen), λ=0 the control trained as long;
     all_l0_<λ>    all attention types; each with bleu_<model> (the quick protocol: a fixed
                   number of updates; with converged.seeds the converged protocol, nmt_converged.py)
@@ -27,7 +28,7 @@ from typing import List, Tuple
 from .config import settings_except
 from .fairseq_steps import generate, run_fairseq_heads, train_argv, training_summary
 from .nmt_config import (ALL_TYPES, BASELINE_CHECKPOINT, L0, Curve, Data, Generate, Model, Stats, Syntax,
-                         Train, l0_settings, lambda_name, train_settings)
+                         Train, l0_settings, lambda_name, syntax_data_settings, train_settings)
 from .nmt_converged import Converged, converged_sweep
 from .runner import Step, StepContext
 
@@ -114,11 +115,14 @@ class NmtSteps:
         syntax_data = "data"
         if c.syntax.source:
             syntax_data = "syntax_data"
-            steps.append(Step("syntax_data", "syntax_data", {**_asdict(c.syntax)}, inputs=("data",),
+            steps.append(Step("syntax_data", "syntax_data", syntax_data_settings(c.syntax), inputs=("data",),
                               call=self.run_syntax_data))
         steps.append(Step(f"syntax_stats{s}", f"stats/syntax{s}",
                           {"replicates": c.stats.bootstrap_replicates, "max_tokens": c.stats.max_tokens},
                           inputs=(syntax_data, f"baseline{s}"), call=self.run_syntax_stats))
+        if c.syntax.compare:
+            steps.append(Step(f"parsed_set_stats{s}", f"stats/parsed_set{s}", settings_except(c.stats, "subset"),
+                              inputs=(syntax_data, f"baseline{s}"), call=self.run_parsed_set_stats))
         lambdas = [("enc", lam) for lam in c.l0.encoder_lambdas]
         lambdas += [("all", lam) for lam in c.l0.all_lambdas]
         if c.l0.control:
@@ -232,8 +236,16 @@ class NmtSteps:
         return argv + (["--cpu"] if c.cpu else [])
 
     def run_stats(self, context: StepContext) -> None:
+        self.run_recipe_metrics(context, self.data_bin(context), self.c.stats.subset)
+
+    def run_parsed_set_stats(self, context: StepContext) -> None:
+        data_bin, _ = self.parsed_set(context)
+        self.run_recipe_metrics(context, data_bin, "test")
+
+    def run_recipe_metrics(self, context: StepContext, data_bin: str, subset: str) -> None:
+        """`fairseq-heads stats` with the recipe's metrics and their settings on SUBSET of DATA_BIN."""
         st = self.c.stats
-        argv = self.stats_argv(context, self.data_bin(context), st.subset, ",".join(st.metrics))
+        argv = self.stats_argv(context, data_bin, subset, ",".join(st.metrics))
         argv += ["--grad-normalise", st.grad_normalise]
         if st.rare_outside_top:
             argv += ["--rare-outside-top", st.rare_outside_top]
@@ -248,12 +260,16 @@ class NmtSteps:
                          c.data.src, c.data.tgt, os.path.join(context.out, "bin"),
                          conllu={"test": os.path.join(root, c.syntax.conllu)})
 
-    def run_syntax_stats(self, context: StepContext) -> None:
+    def parsed_set(self, context: StepContext) -> Tuple[str, str]:
+        """(data-bin, gold parses) of the parsed set: its "test" split."""
         if self.c.syntax.source:
             data_bin = context.path("syntax_data/bin")
-            conllu = os.path.join(data_bin, "test.conllu" + (".gz" if self.c.syntax.conllu.endswith(".gz") else ""))
-        else:
-            data_bin, conllu = self.data_bin(context), context.path("data/bin/test.conllu")
+            suffix = ".gz" if self.c.syntax.conllu.endswith(".gz") else ""
+            return data_bin, os.path.join(data_bin, "test.conllu" + suffix)
+        return self.data_bin(context), context.path("data/bin/test.conllu")
+
+    def run_syntax_stats(self, context: StepContext) -> None:
+        data_bin, conllu = self.parsed_set(context)
         run_fairseq_heads("stats", "add_stats_arguments", "run_stats",
                           self.stats_argv(context, data_bin, "test", "syntactic") + ["--conllu", conllu])
 

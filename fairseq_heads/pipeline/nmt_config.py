@@ -29,6 +29,14 @@ class Syntax:
     source: str = ""            # files under --data-root
     target: str = ""            # no parallel PUD for every target language: the source again will do,
     conllu: str = ""            # as syntactic heads read only the encoder
+    # also compute the in-domain statistics (Stats.metrics) on this set, so that the report can
+    # say where the two sets give different answers (issue 37: PUD is out of domain for Multi30k)
+    compare: bool = False
+
+
+def syntax_data_settings(syntax: Syntax) -> dict:
+    """What binarising the parsed set depends on: not whether other statistics are computed on it."""
+    return settings_except(syntax, "compare")
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ MULTI30K_CONVERGED = NmtRecipe(
     data=Data(corpus="multi30k_en_de", prefix=("train", "val", "test_2016_flickr"), src="en", tgt="de",
               vocab_size=8000),
     syntax=Syntax(source="ud_pud/pud.en.txt.gz", target="ud_pud/pud.de.txt.gz",
-                  conllu="ud_pud/en_pud-ud-test.conllu.gz"),
+                  conllu="ud_pud/en_pud-ud-test.conllu.gz", compare=True),
     model=Model(layers=6, dim=128, heads=8, ffn=512),
     train=Train(max_tokens=4096, lr=1e-3, warmup=500, max_update=12000, dropout=0.2,
                 label_smoothing=0.1, validate_updates=100, patience=5, seed=1),
@@ -111,7 +111,8 @@ LM_GUTENBERG_LARGE_GPU = LmRecipe(
 # the quick protocol, the all-types layout also trained from scratch; CI), and Multi30k at CPU
 # scale: the converged scale's data, model and baseline (the same keys: one results folder serves
 # both) with the encoder and all-types sweeps, each all-types layout also from scratch.
-SWEEP_TOY = SweepRecipe(name="toy", l0=L0(encoder_lambdas=(0.01,), all_lambdas=(0.01,), control=False),
+SWEEP_TOY = SweepRecipe(name="toy", syntax=Syntax(compare=True),
+                        l0=L0(encoder_lambdas=(0.01,), all_lambdas=(0.01,), control=False),
                         curve=Curve(metrics=("grad",)), scratch_lambdas=(0.01,))
 MULTI30K_CPU = SweepRecipe(
     **{name: getattr(MULTI30K_CONVERGED, name) for name in ("name", "data", "syntax", "model", "train", "generate",

@@ -160,6 +160,15 @@ def _functions_section(inputs: Inputs, draw: Callable) -> Section:
                          tables.syntactic_relation_table(inputs.heads)))
     except MissingInput as missing:
         captions.append((f"Syntactic relations: skipped ({missing})", Table([], [])))
+    if inputs.parsed_set_heads:  # syntax.compare: the same statistics on the parsed set
+        for caption, table in (("In domain and on the parsed set: heads with a function",
+                                tables.domain_function_table),
+                               ("In domain and on the parsed set: how each metric ranks the heads",
+                                tables.domain_importance_table)):
+            try:
+                captions.append((caption, table(inputs.heads, inputs.parsed_set_heads)))
+            except MissingInput as missing:
+                captions.append((f"{caption}: skipped ({missing})", Table([], [])))
     return Section("4. Head functions of the baseline (positional, syntactic, rare words)", captions, [])
 
 

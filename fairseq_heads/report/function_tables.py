@@ -1,13 +1,16 @@
 """The tables of what heads do: the baseline's heads with a function and the best head per
-dependency relation (4), the importance metrics' agreement (5), and how many heads of each
-function survive each L0 run (7). `heads`: the rows of the baseline's heads.csv as dicts of
-strings (stats.table.read_csv_rows); `agreement`: its agreement.json.
+dependency relation (4), the same statistics in domain and on the parsed set (4), the importance
+metrics' agreement (5), and how many heads of each function survive each L0 run (7). `heads`: the
+rows of the baseline's heads.csv as dicts of strings (stats.table.read_csv_rows); `agreement`: its
+agreement.json.
 """
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..heads import ATTENTION_TYPES
-from ..stats.agreement import fisher_z_interval
+import numpy as np
+
+from ..stats.agreement import fisher_z_interval, spearman
 from ..stats.metrics.syntactic import parse_syntactic_column
 from ..stats.table import number_or_nan
 from .layout import ALL_L0, ENCODER_L0
@@ -74,6 +77,70 @@ def syntactic_relation_table(heads: Sequence[Dict[str, str]]) -> Table:
                      accuracy - baseline])
     return Table(["relation", "direction", "best head (type layer/head)", "accuracy",
                   "positional baseline", "gain"], rows)
+
+
+# ------------------------------------------------------------------ (4) in domain against the parsed set
+
+IMPORTANCE_METRICS = ("confidence", "lrp", "grad")
+DOMAIN_FUNCTIONS = ("positional", "rare")  # the functions both sets score (syntactic: the parsed set only)
+
+
+def _by_type(heads: Sequence[Dict[str, str]]) -> Dict[str, Dict[Tuple[int, int], Dict[str, str]]]:
+    grouped: Dict[str, Dict[Tuple[int, int], Dict[str, str]]] = {}
+    for row in heads:
+        grouped.setdefault(row["type"], {})[(int(row["layer"]), int(row["head"]))] = row
+    return grouped
+
+
+def _best(rows, column: str) -> Optional[float]:
+    values = [v for v in (number_or_nan(r.get(column)) for r in rows) if not math.isnan(v)]
+    return max(values) if values else None
+
+
+def domain_function_table(heads: Sequence[Dict[str, str]], parsed_heads: Sequence[Dict[str, str]]) -> Table:
+    """Per attention type, the heads with a positional or rare-word function and the best head's
+    share, computed in domain (stats/baseline) and on the parsed set (stats/parsed_set): whether
+    the two sets give the same answer (issue 37: the parsed set, PUD, is out of domain)."""
+    if not heads or not parsed_heads:
+        raise MissingInput("no statistics of the baseline on the parsed set (stats/parsed_set/heads.csv)")
+    in_domain, parsed = _by_type(heads), _by_type(parsed_heads)
+    rows = []
+    for attention_type in (t for t in ATTENTION_TYPES if t in in_domain and t in parsed):
+        row = [attention_type]
+        for name, column in zip(DOMAIN_FUNCTIONS, ("positional_share", "rare_share")):
+            for side in (in_domain, parsed):
+                row.append(sum(name in head_functions(r.get("labels", "")) for r in side[attention_type].values()))
+            row += [_best(side[attention_type].values(), column) for side in (in_domain, parsed)]
+        rows.append(row)
+    return Table(["type", "positional heads (in domain)", "positional heads (parsed set)",
+                  "best positional share (in domain)", "best positional share (parsed set)",
+                  "rare-word heads (in domain)", "rare-word heads (parsed set)",
+                  "best rare share (in domain)", "best rare share (parsed set)"], rows,
+                 "in domain: the recipe's statistics subset (stats/baseline); parsed set: the set of the "
+                 "syntactic heads (stats/parsed_set), with the same metrics and thresholds")
+
+
+def domain_importance_table(heads: Sequence[Dict[str, str]], parsed_heads: Sequence[Dict[str, str]]) -> Table:
+    """Per attention type and importance metric: Spearman ρ between the heads' scores in domain and
+    on the parsed set, with its interval over heads (Fisher z): does the other set rank the heads
+    the same way?"""
+    if not heads or not parsed_heads:
+        raise MissingInput("no statistics of the baseline on the parsed set (stats/parsed_set/heads.csv)")
+    in_domain, parsed = _by_type(heads), _by_type(parsed_heads)
+    rows = []
+    for attention_type in (t for t in ATTENTION_TYPES if t in in_domain and t in parsed):
+        keys = sorted(set(in_domain[attention_type]) & set(parsed[attention_type]))
+        for metric in (m for m in IMPORTANCE_METRICS if m in heads[0] and m in parsed_heads[0]):
+            a = np.array([number_or_nan(in_domain[attention_type][k].get(metric)) for k in keys])
+            b = np.array([number_or_nan(parsed[attention_type][k].get(metric)) for k in keys])
+            defined = int((~(np.isnan(a) | np.isnan(b))).sum())
+            rho = spearman(a, b)
+            rows.append([attention_type, metric, rho, *fisher_z_interval(rho, defined), defined])
+    if not rows:
+        raise MissingInput("no importance metric scored on both sets")
+    return Table(["type", "metric", "Spearman ρ (in domain ~ parsed set)", "95% CI low (heads)",
+                  "95% CI high (heads)", "heads"], rows,
+                 "the heads' importance in domain against on the parsed set; interval over heads (Fisher z)")
 
 
 # ------------------------------------------------------------------ (5) agreement

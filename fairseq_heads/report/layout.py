@@ -11,6 +11,8 @@
     stats/baseline/heads.csv, agreement.json   `fairseq-heads stats` of the baseline
     stats/syntax/heads.csv        the baseline's syntactic heads on another, parsed set (PUD),
                                   when the statistics above ran on an unparsed one (in domain)
+    stats/parsed_set/heads.csv    the statistics of stats/baseline computed on that parsed set
+                                  too (syntax.compare), to compare the two sets
     curve/curve.csv               `fairseq-heads curve` of the baseline (encoder heads)
     curves/<metric>/curve.csv     the same, one per importance metric (the pipeline's recipes)
     speed/<model>/decode_speed.json   decoding speed of <model> pruned against masked
@@ -30,6 +32,7 @@ BASELINE_STATS = os.path.join("stats", "baseline")
 HEADS_CSV = "heads.csv"
 AGREEMENT_JSON = "agreement.json"
 SYNTAX_STATS = os.path.join("stats", "syntax")
+PARSED_SET_STATS = os.path.join("stats", "parsed_set")
 CURVE_CSV = os.path.join("curve", "curve.csv")
 CURVES = "curves"
 TABLES_MD = "tables.md"

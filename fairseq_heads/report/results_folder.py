@@ -28,6 +28,8 @@ class Inputs(NamedTuple):
     curves: Dict[str, List[Dict[str, str]]] = {}
     # the decoding speed of pruned models, speed/<model>/decode_speed.json, by model
     decode_speeds: Dict[str, dict] = {}
+    # the baseline's statistics of `heads` computed on the parsed set too (stats/parsed_set)
+    parsed_set_heads: Optional[List[Dict[str, str]]] = None
 
 
 def read_csv(path: str) -> List[Dict[str, str]]:
@@ -89,12 +91,15 @@ def load_inputs(results_dir: str) -> Inputs:
     syntax_csv = os.path.join(results_dir, layout.SYNTAX_STATS, layout.HEADS_CSV)
     if heads is not None and os.path.isfile(syntax_csv):
         heads = merge_head_statistics(heads, read_csv_rows(syntax_csv))
+    parsed_set_csv = os.path.join(results_dir, layout.PARSED_SET_STATS, layout.HEADS_CSV)
+    parsed_set_heads = read_csv_rows(parsed_set_csv) if os.path.isfile(parsed_set_csv) else None
     curve = read_csv(curve_csv) if os.path.isfile(curve_csv) else next(iter(curves.values()), None)
     speeds = {}
     for path in sorted(glob.glob(os.path.join(results_dir, layout.SPEED, "*", layout.DECODE_SPEED_JSON))):
         with open(path, encoding="utf-8") as f:
             speeds[os.path.basename(os.path.dirname(path))] = json.load(f)
-    return Inputs(results, heads, agreement, curve, traces, results_dir, translations, l0_phases, curves, speeds)
+    return Inputs(results, heads, agreement, curve, traces, results_dir, translations, l0_phases, curves, speeds,
+                  parsed_set_heads)
 
 
 def unfinished_l0_phases(results_dir: str, results: List[dict]) -> List[dict]:

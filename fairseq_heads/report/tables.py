@@ -7,7 +7,7 @@ note:
     table_basics      Table, MissingInput, the headline models, protocol / λ labels, markdown
     pruning_tables    (1) encoder heads kept vs the curve, (2) all types, (3) what goes first
     scratch_tables    trained vs from scratch, pruning costs, paired-bootstrap differences
-    function_tables   (4) head functions, (5) agreement, (7) survivors
+    function_tables   (4) head functions (in domain and on the parsed set), (5) agreement, (7) survivors
     trace_tables      (6) heads dying over training
 
 This module offers them all under one name (`tables.headline`, `tables.all_types_table`, ...),
@@ -16,6 +16,8 @@ the way build.py and the tests read them.
 from .function_tables import (  # noqa: F401
     GATED_TYPES,
     agreement_table,
+    domain_function_table,
+    domain_importance_table,
     function_counts,
     head_function_table,
     head_level_interval,

@@ -56,7 +56,7 @@ class Agreement(NamedTuple):
     num_replicates: int  # replicates with a defined correlation
 
 
-def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
     keep = ~(np.isnan(a) | np.isnan(b))
     if keep.sum() < 3:
         return float("nan")
@@ -67,10 +67,10 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _spearman_rows(rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
-    """:func:`_spearman` of each pair of rows (R, N), the same numbers, without scipy's per-call
+    """:func:`spearman` of each pair of rows (R, N), the same numbers, without scipy's per-call
     overhead (a few ms, times R replicates per metric pair): the rows without NaN are ranked at
     once (``rankdata`` along an axis; ranks are exact), then each goes through the step that
-    ``spearmanr`` takes, ``np.corrcoef`` of the (N, 2) ranks; rows with a NaN take :func:`_spearman`."""
+    ``spearmanr`` takes, ``np.corrcoef`` of the (N, 2) ranks; rows with a NaN take :func:`spearman`."""
     values = np.full(rows_a.shape[0], np.nan)
     complete = ~(np.isnan(rows_a).any(1) | np.isnan(rows_b).any(1))
     if rows_a.shape[1] >= 3 and complete.any():
@@ -81,7 +81,7 @@ def _spearman_rows(rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
             if not constant[i]:
                 values[row] = np.corrcoef(np.column_stack((ranks_a[i], ranks_b[i])), rowvar=False)[1, 0]
     for row in np.flatnonzero(~complete):
-        values[row] = _spearman(rows_a[row], rows_b[row])
+        values[row] = spearman(rows_a[row], rows_b[row])
     return values
 
 
@@ -98,7 +98,7 @@ def spearman_agreement(
     if a.shape != b.shape:
         raise ValueError(f"metrics cover different numbers of heads: {a.size} vs {b.size}")
     keep = ~(np.isnan(a) | np.isnan(b))
-    rho = _spearman(a, b)
+    rho = spearman(a, b)
     if replicates_a is None and replicates_b is None:
         return Agreement(rho, float("nan"), float("nan"), int(keep.sum()), 0)
     reps = [r for r in (replicates_a, replicates_b) if r is not None]
@@ -140,7 +140,7 @@ def fisher_z_interval(rho: float, num_heads: int, confidence: float = DEFAULT_CO
 
 def _rank_correlation_rows(rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
     """Spearman rho of each pair of rows (K, N), vectorised: the Pearson correlation of the
-    average ranks; NaN for a constant row; rows holding a NaN take :func:`_spearman`."""
+    average ranks; NaN for a constant row; rows holding a NaN take :func:`spearman`."""
     values = np.full(rows_a.shape[0], np.nan)
     complete = ~(np.isnan(rows_a).any(1) | np.isnan(rows_b).any(1))
     if rows_a.shape[1] >= 3 and complete.any():
@@ -152,7 +152,7 @@ def _rank_correlation_rows(rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray
         with np.errstate(invalid="ignore", divide="ignore"):
             values[complete] = np.where(norm > 0, (ranks_a * ranks_b).sum(1) / norm, np.nan)
     for row in np.flatnonzero(~complete):
-        values[row] = _spearman(rows_a[row], rows_b[row])
+        values[row] = spearman(rows_a[row], rows_b[row])
     return values
 
 
@@ -205,7 +205,7 @@ def within_layer_spearman(metric_a, metric_b) -> Tuple[float, int]:
     A comparison inside each layer, which a metric normalised per layer (LRP) needs: pooled over
     layers, its fixed layer means meet the other metric's differences between layers."""
     a, b = _by_layer(metric_a), _by_layer(metric_b)
-    per_layer = np.array([_spearman(a[layer], b[layer]) for layer in range(a.shape[0])])
+    per_layer = np.array([spearman(a[layer], b[layer]) for layer in range(a.shape[0])])
     return float(_mean_over_layers(per_layer)), int((~np.isnan(per_layer)).sum())
 
 

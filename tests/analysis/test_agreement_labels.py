@@ -59,13 +59,13 @@ def test_head_labels_name_heads_by_type_layer_head():
 
 
 def test_replicate_rows_give_the_per_row_spearman_exactly():
-    from fairseq_heads.stats.agreement import _spearman, _spearman_rows
+    from fairseq_heads.stats.agreement import spearman, _spearman_rows
 
     rng = np.random.default_rng(0)
     a, b = np.round(rng.normal(size=(40, 12)), 0), rng.normal(size=(40, 12))  # ties in a
     a[rng.random(a.shape) < 0.03] = np.nan  # some rows take the NaN path
     a[5], b[6] = 1.0, 2.0  # constant rows: undefined
-    expected = np.array([_spearman(a[r], b[r]) for r in range(40)])
+    expected = np.array([spearman(a[r], b[r]) for r in range(40)])
     assert np.array_equal(_spearman_rows(a, b), expected, equal_nan=True)
     assert np.isnan(expected[5]) and np.isnan(expected[6]) and (~np.isnan(expected)).sum() > 20
 

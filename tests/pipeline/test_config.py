@@ -106,6 +106,7 @@ def keys(config, *assignments):
     (LM_TOY, "l0.lambdas=0.05,0.5,1.0"),
     (MULTI30K_CONVERGED, "converged.seeds=1,2,3,4"),
     (MULTI30K_CONVERGED, "l0.all_lambdas=0.02"),
+    (EUROPARL_BASE_GPU, "syntax.compare=true"),  # the parsed set's binarisation is not re-run
 ])
 def test_growing_a_sweep_adds_steps_and_changes_no_other_key_but_the_reports(config, assignment):
     before, after = keys(config), keys(config, assignment)

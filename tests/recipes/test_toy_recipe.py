@@ -22,8 +22,8 @@ import pytest
 
 LAMBDA = "0.01"  # the toy scale's: one lambda per sweep
 MODELS = ("baseline", f"enc_l0_{LAMBDA}", f"all_l0_{LAMBDA}", f"scratch_all_l0_{LAMBDA}")
-STEPS = ["data", "baseline", "bleu_baseline", "stats", "syntax_stats", f"enc_l0_{LAMBDA}", f"bleu_enc_l0_{LAMBDA}",
-         f"all_l0_{LAMBDA}", f"bleu_all_l0_{LAMBDA}", "curve_grad", f"mask_all_l0_{LAMBDA}",
+STEPS = ["data", "baseline", "bleu_baseline", "stats", "syntax_stats", "parsed_set_stats", f"enc_l0_{LAMBDA}",
+         f"bleu_enc_l0_{LAMBDA}", f"all_l0_{LAMBDA}", f"bleu_all_l0_{LAMBDA}", "curve_grad", f"mask_all_l0_{LAMBDA}",
          f"scratch_all_l0_{LAMBDA}", f"bleu_scratch_all_l0_{LAMBDA}", "report"]
 FIGURES = ("encoder_pruning.png", "heads_kept_by_type.png", "gate_trace.png", "open_heads.png", "survivors.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -102,11 +102,15 @@ def test_result_files(toy_results):
 
 def test_statistics_and_curve(toy_results):
     results, _ = toy_results
-    for stats in ("baseline", "syntax"):
+    heads = {}
+    for stats in ("baseline", "syntax", "parsed_set"):
         with open(results / "stats" / stats / "heads.csv") as f:
-            heads = list(csv.DictReader(f))
-        assert len(heads) == 24
-    assert "syntactic_best" in heads[0]  # the test split with its gold parses
+            heads[stats] = list(csv.DictReader(f))
+        assert len(heads[stats]) == 24
+    assert "syntactic_best" in heads["syntax"][0]  # the test split with its gold parses
+    # syntax.compare: the in-domain metrics on the parsed set too, with their own values
+    assert {"confidence", "lrp", "grad", "rare_share"} <= set(heads["parsed_set"][0])
+    assert [r["confidence"] for r in heads["parsed_set"]] != [r["confidence"] for r in heads["baseline"]]
     with open(results / "curves" / "grad" / "curve.csv") as f:
         curve = list(csv.DictReader(f))
     assert [int(r["heads_kept"]) for r in curve] == [8, 6, 4, 2]  # encoder heads only
@@ -116,7 +120,8 @@ def test_tables_and_figures(toy_results):
     results, _ = toy_results
     markdown = (results / "tables.md").read_text()
     assert markdown.count("\n## ") == 7
-    assert "_Skipped" not in markdown
+    assert "_Skipped" not in markdown and ": skipped" not in markdown
+    assert "**In domain and on the parsed set: how each metric ranks the heads**" in markdown
     for name in FIGURES:
         data = (results / "figures" / name).read_bytes()
         assert data[:8] == PNG_MAGIC and len(data) > 1000
