@@ -7,9 +7,9 @@ agreement.json.
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..heads import ATTENTION_TYPES
 import numpy as np
 
+from ..heads import ATTENTION_TYPES
 from ..stats.agreement import fisher_z_interval, spearman
 from ..stats.metrics.syntactic import parse_syntactic_column
 from ..stats.table import number_or_nan
@@ -140,7 +140,8 @@ def domain_importance_table(heads: Sequence[Dict[str, str]], parsed_heads: Seque
         raise MissingInput("no importance metric scored on both sets")
     return Table(["type", "metric", "Spearman ρ (in domain ~ parsed set)", "95% CI low (heads)",
                   "95% CI high (heads)", "heads"], rows,
-                 "the heads' importance in domain against on the parsed set; interval over heads (Fisher z)")
+                 "each head's importance in domain against its importance on the parsed set; interval over "
+                 "heads (Fisher z)")
 
 
 # ------------------------------------------------------------------ (5) agreement
