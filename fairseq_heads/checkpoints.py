@@ -5,7 +5,7 @@ import copy
 import os
 import zipfile
 from argparse import Namespace
-from typing import Dict, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 import torch
 from fairseq import checkpoint_utils
@@ -55,6 +55,16 @@ def model_args(state: dict):
     return state.get("args")
 
 
+def trained_head_mask_file(state: dict) -> Optional[str]:
+    """The --head-mask a model was trained with (recorded in its task options), if any."""
+    def field(options, name):
+        if options is None:
+            return None
+        return options.get(name) if isinstance(options, dict) else getattr(options, name, None)
+
+    return field(field(state.get("cfg"), "task"), "head_mask") or field(state.get("args"), "head_mask")
+
+
 def model_options(state: dict) -> Namespace:
     """A copy of the checkpoint's model options as a Namespace (what fairseq saves for
     argparse-style models such as `transformer` and `gated_transformer`); ValueError if none."""
@@ -90,6 +100,90 @@ def set_task_option(state: dict, name: str, value) -> None:
     if cfg is not None and cfg.get("task") is not None:
         with open_dict(cfg):
             cfg.task[name] = value
+
+
+LM_BREAK_MODES = ("none", "complete", "complete_doc", "eos")  # fairseq's --sample-break-mode
+BLOCK_STARTS = ("eos", "bos")  # gated_llama's --block-start
+
+
+class LmBlocks(NamedTuple):
+    """How a language model's data is cut into blocks and what their first token reads."""
+    break_mode: str  # the task's --sample-break-mode
+    block_start: str  # eos | bos
+    chosen_by: str  # where they come from: "checkpoint" (the model's own record) or "command line"
+
+
+def _option(options, name: str):
+    if options is None:
+        return None
+    return getattr(options, name, None) if isinstance(options, Namespace) else options.get(name)
+
+
+def _has_model_option(state: dict, name: str) -> bool:
+    """Does the checkpoint's model (its architecture's registered config) have option `name`?"""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    options = model_args(state)
+    arch = _option(options, "_name") or _option(options, "arch")
+    config = getattr(ARCH_MODEL_REGISTRY.get(arch), "__dataclass", None)
+    return config is not None and name in getattr(config, "__dataclass_fields__", {})
+
+
+def _set_model_option(state: dict, name: str, value) -> None:
+    from omegaconf import open_dict
+
+    if state.get("args") is not None:
+        setattr(state["args"], name, value)
+    cfg = state.get("cfg")
+    if cfg is not None and cfg.get("model") is not None and not isinstance(cfg["model"], Namespace):
+        with open_dict(cfg):
+            cfg.model[name] = value
+    elif cfg is not None and isinstance(cfg.get("model"), Namespace):
+        setattr(cfg["model"], name, value)
+
+
+def is_language_model_state(state: dict) -> bool:
+    """A checkpoint of fairseq's language_modeling task (or a subclass of it)."""
+    from fairseq.tasks import TASK_REGISTRY
+    from fairseq.tasks.language_modeling import LanguageModelingTask
+
+    cfg = state.get("cfg")
+    name = _option(cfg.get("task"), "_name") if cfg is not None and cfg.get("task") is not None \
+        else _option(state.get("args"), "task")
+    task_class = TASK_REGISTRY.get(name)
+    return task_class is not None and issubclass(task_class, LanguageModelingTask)
+
+
+def apply_lm_blocks(state: dict, break_mode: Optional[str] = None,
+                    block_start: Optional[str] = None) -> Optional[LmBlocks]:
+    """Read a language model's data as the model was trained, into the loaded `state` (None for
+    another model): `break_mode` / `block_start` when given (the command line), else what the
+    model records (`block_break_mode`, `block_start`: `import-hf` sets them for models trained
+    with <s> at each document start), else the task's own break mode and </s>. ValueError of one
+    line for an unknown mode, or <s> asked of a model that has no such option."""
+    if not is_language_model_state(state):
+        return None
+    if break_mode is not None and break_mode not in LM_BREAK_MODES:
+        raise CheckpointFileError(f"--sample-break-mode: expected one of {', '.join(LM_BREAK_MODES)}, "
+                                  f"got {break_mode!r}")
+    if block_start is not None and block_start not in BLOCK_STARTS:
+        raise CheckpointFileError(f"--block-start: expected one of {', '.join(BLOCK_STARTS)}, "
+                                  f"got {block_start!r}")
+    if block_start == "bos" and not _has_model_option(state, "block_start"):
+        raise CheckpointFileError("--block-start bos: only gated_llama models read <s> at a block's "
+                                  "start (this model reads fairseq's </s>)")
+    options = model_args(state)
+    recorded_mode, recorded_start = _option(options, "block_break_mode"), _option(options, "block_start")
+    chosen_by = "command line" if break_mode is not None or block_start is not None else "checkpoint"
+    cfg, args = state.get("cfg"), state.get("args")
+    task_mode = (_option(cfg.get("task"), "sample_break_mode") if cfg is not None and cfg.get("task")
+                 is not None else _option(args, "sample_break_mode"))
+    mode = str(break_mode or recorded_mode or task_mode or "none")
+    start = block_start or recorded_start or "eos"
+    set_task_option(state, "sample_break_mode", mode)
+    if _has_model_option(state, "block_start"):
+        _set_model_option(state, "block_start", start)
+    return LmBlocks(mode, start, chosen_by)
 
 
 def load_state(path: str, overrides: Optional[Dict[str, str]] = None) -> dict:

@@ -7,6 +7,12 @@ TOY_SIZES = {"train": 2000, "valid": 100, "test": 100}
 TOY_VOCAB_SIZE = 500
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "numerics: compares floating-point computations with tolerances from the dtype "
+        "and the size of the sums; `make test-kernels` runs these again under other CPU kernel sets")
+
+
 @pytest.fixture(scope="session")
 def toy_data_bin(tmp_path_factory):
     """A small synthetic corpus run through the whole data pipeline, once per session.

@@ -8,6 +8,7 @@ import os
 
 from ..pruning.importance import METRICS
 from .device_options import add_device_and_batch_arguments, device_and_batch
+from .lm_blocks import add_lm_block_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,13 +46,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="kv-group: remove the KV groups of a grouped-query model whole "
                              "(scored by their heads' mean; --steps count groups). "
                              "Default: %(default)s")
+    add_lm_block_arguments(parser)
     add_device_and_batch_arguments(parser, max_tokens=None, batch_size=64)
 
 
 def run(args) -> int:
     """Score the curve's steps, write CURVE.csv and its plot beside it (atomically)."""
-    from ..checkpoints import (check_checkpoint_file, data_overrides, is_language_model,
-                               load_model_and_task, place_model)
+    from ..checkpoints import (apply_lm_blocks, check_checkpoint_file, data_overrides,
+                               is_language_model, load_model_and_task, load_state, place_model)
     from ..files import atomic_path, check_output_file
     from ..files import write_text_atomic
     from ..heads import heads_per_layer
@@ -71,8 +73,9 @@ def run(args) -> int:
     check_output_file(args.out, "--out")
     scores = read_head_scores(args.scores, args.metric, types)
     overlay = read_overlay(args.overlay) if args.overlay else []
-    model, task = load_model_and_task(args.path, data_overrides(args.data, args.source_lang,
-                                                                args.target_lang))
+    state = load_state(args.path, data_overrides(args.data, args.source_lang, args.target_lang))
+    blocks = apply_lm_blocks(state, args.sample_break_mode, args.block_start)  # an LM's, as trained
+    model, task = load_model_and_task(args.path, state=state)
     check_scores_match_model(scores, heads_per_layer(model), args.scores)
     place_model(model, device.cpu)
     group_size = 1
@@ -94,15 +97,19 @@ def run(args) -> int:
         print(f"heads removed {point.heads_removed:>3}  kept {point.heads_kept:>3}  "
               f"{score_name} {point.score:6.2f}", flush=True)
 
-    points = pruning_curve(model, task, args.gen_subset, scores, steps, rescore=args.rescore,
-                           beam=args.beam, batch_size=device.batch_size, remove_bpe=remove_bpe,
-                           limit=args.limit, rescore_subset=args.rescore_subset, progress=progress,
-                           max_len_b=args.max_len_b, max_tokens=device.max_tokens)
+    with device.precision():
+        points = pruning_curve(model, task, args.gen_subset, scores, steps, rescore=args.rescore,
+                               beam=args.beam, batch_size=device.batch_size, remove_bpe=remove_bpe,
+                               limit=args.limit, rescore_subset=args.rescore_subset, progress=progress,
+                               max_len_b=args.max_len_b, max_tokens=device.max_tokens)
     write_text_atomic(args.out, curve_csv(points, language_model))
     png = os.path.splitext(args.out)[0] + ".png"
     with atomic_path(png) as tmp:
         plot_curve(points, tmp, f"{args.metric}{' (rescored)' if args.rescore else ''}", overlay,
                    score_name)
     print(f"{'score' if language_model else 'sacreBLEU signature'}: {points[0].signature}")
+    if blocks is not None:
+        print(f"blocks: --sample-break-mode {blocks.break_mode}, starting with "
+              f"{'<s>' if blocks.block_start == 'bos' else '</s>'} ({blocks.chosen_by})")
     print(f"wrote {args.out} and {png}")
     return 0

@@ -6,13 +6,13 @@ import argparse
 import os
 
 
-def add_mask_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--path", required=True, metavar="CHECKPOINT", help="a gated_transformer checkpoint")
     parser.add_argument("--out", required=True, metavar="MASK.json",
                         help="head mask JSON (for --head-mask), written atomically")
 
 
-def run_mask(args) -> int:
+def run(args) -> int:
     """Write the head mask of a gated checkpoint's open heads (the head-keeping rule)."""
     from ..files import check_output_file
     from ..errors import CommandError

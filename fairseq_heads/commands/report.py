@@ -6,7 +6,7 @@ import argparse
 import os
 
 
-def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results_dir", metavar="RESULTS_DIR", help="a recipe's results folder")
     parser.add_argument("--out-dir", default=None, metavar="DIR",
                         help="where tables.md, report.html and figures/ go (default: RESULTS_DIR)")
@@ -17,7 +17,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                              "`fairseq-heads curve --overlay`, then stop")
 
 
-def run_report(args) -> int:
+def run(args) -> int:
     """Write tables.md, figures/ and report.html (or only the L0 points with --l0-points)."""
     from ..report.build import build_report, write_l0_points
 

@@ -6,7 +6,7 @@ import argparse
 import os
 
 
-def add_result_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `fairseq-heads result`."""
     from ..report.layout import KINDS
 
@@ -19,6 +19,8 @@ def add_result_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--l0-lambda", type=float, default=None, help="the L0 lambda of an *_l0 model")
     parser.add_argument("--from-model", default=None, metavar="NAME",
                         help="for from_scratch: the model whose pruned layout was trained")
+    parser.add_argument("--metric", default=None,
+                        help="for heuristic: the importance metric that chose its heads")
     parser.add_argument("--head-mask", default=None, metavar="MASK.json",
                         help="the head mask the model was trained with (default: the one "
                              "recorded in the checkpoint)")
@@ -34,7 +36,10 @@ def add_training_record_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--protocol", default=None, choices=("quick", "converged"),
                         help="how an L0 or from_scratch model was trained (recipes/README.md); "
                              "default: not recorded (read as quick)")
-    parser.add_argument("--seed", type=int, default=None, help="the training seed")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="the training seed (a converged model's: its fine-tune's)")
+    parser.add_argument("--baseline-seed", type=int, default=None,
+                        help="the seed of the baseline the model comes from (the baseline's: its own)")
     parser.add_argument("--phase", action="append", default=[], metavar="NAME=VALIDATIONS.jsonl",
                         help="a training phase and its --validation-trace file (repeat, in order): "
                              "its update counts go into the result file")
@@ -46,7 +51,7 @@ def add_training_record_arguments(parser: argparse.ArgumentParser) -> None:
 
 def training_record(args) -> dict:
     """The result file's fields of add_training_record_arguments' options."""
-    return {"protocol": args.protocol, "seed": args.seed,
+    return {"protocol": args.protocol, "seed": args.seed, "baseline_seed": args.baseline_seed,
             "training": training_phases(args.phase, args.plateau_validations, args.plateau_loss_tolerance)}
 
 
@@ -72,7 +77,7 @@ def training_phases(phases, plateau_validations, plateau_loss_tolerance):
     return {"phases": summaries, "updates": sum(s["updates"] for s in summaries.values())}
 
 
-def run_result(args) -> int:
+def run(args) -> int:
     """Score a fairseq-generate output and write the model's result file."""
     from ..files import check_output_file
     from ..report.model_result import build_model_result, results_dir_of, write_model_result
@@ -85,6 +90,8 @@ def run_result(args) -> int:
                                 from_model=args.from_model, head_mask_file=args.head_mask,
                                 results_dir=args.results_dir or results_dir_of(args.out))
     result.update(training_record(args))
+    if args.kind == "heuristic":
+        result["metric"] = args.metric
     write_model_result(result, args.out)
     kept = " ".join(f"{t} {result['heads_kept'][t]}/{result['heads_total'][t]}" for t in result["heads_kept"])
     print(f"{args.name}: BLEU {result['bleu']:.2f}  heads kept {kept}; wrote {args.out}")

@@ -1,4 +1,4 @@
-"""`fairseq-heads stats` and `fairseq-heads plot`: argument parsing and wiring only.
+"""`fairseq-heads stats`: argument parsing and wiring only (`plot` redraws its figures: plot.py).
 
 The work is in `fairseq_heads.stats` (run.py: the computation; output.py: the files).
 """
@@ -12,11 +12,12 @@ from fairseq_heads.stats.metrics.positional import DEFAULT_OFFSETS
 from fairseq_heads.stats.streaming import DEFAULT_REPLICATES, DEFAULT_SEED
 
 from .device_options import add_device_and_batch_arguments, device_and_batch
+from .lm_blocks import add_lm_block_arguments
 
 logger = logging.getLogger("fairseq_heads.stats")
 
 
-def add_stats_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `fairseq-heads stats` (metric thresholds, LM probes, bootstrap, batching)."""
     from fairseq_heads.stats import DEFAULT_METRICS, METRICS
 
@@ -69,6 +70,7 @@ def add_stats_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-t", "--target-lang", default=None)
     parser.add_argument("--log-format", default=None, choices=("none", "simple", "tqdm", "json"),
                         help="fairseq progress bar format")
+    add_lm_block_arguments(parser)
     add_device_and_batch_arguments(parser, max_tokens=4096, batch_size=None)
 
 
@@ -93,7 +95,7 @@ def _rank(value, option: str):
     return rank
 
 
-def run_stats(args) -> int:
+def run(args) -> int:
     """Check the inputs (one line each, before any model is loaded), compute and write DIR."""
     import fairseq_heads  # noqa: F401  (registers the user dir: model, task, criterion)
     from fairseq_heads import stats
@@ -115,22 +117,15 @@ def run_stats(args) -> int:
                                    args.syntactic_margin, args.previous_token_threshold,
                                    args.duplicate_token_threshold, args.induction_threshold),
         replicates=args.bootstrap_replicates, seed=args.seed, max_tokens=device.max_tokens,
-        batch_size=device.batch_size, cpu=device.cpu, source_lang=args.source_lang,
-        target_lang=args.target_lang, log_format=args.log_format, metrics=metrics)
+        batch_size=device.batch_size, cpu=device.cpu, autocast=device.autocast, source_lang=args.source_lang,
+        target_lang=args.target_lang, log_format=args.log_format, metrics=metrics,
+        sample_break_mode=args.sample_break_mode, block_start=args.block_start)
     statistics = stats.compute_head_statistics(args.data, args.path, args.gen_subset, options)
     written = stats.write_statistics(statistics, args.out_dir)
     logger.info("%d heads, %d sentences; wrote %d files to %s", len(statistics.rows),
                 statistics.meta["sentences"], len(written), args.out_dir)
-    return 0
-
-
-def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("directory", metavar="DIR", help="an output folder of `fairseq-heads stats`")
-
-
-def run_plot(args) -> int:
-    from fairseq_heads.stats import redraw_figures
-
-    for path in redraw_figures(args.directory):
-        print(path)
+    counts = statistics.meta.get("rare_counts")
+    if counts:  # which frequencies rare-word heads were found by (heads.json meta: rare_counts)
+        print(f"rare: token frequencies from the {counts['source']} ({', '.join(counts['files'])}, "
+              f"{counts['tokens']} tokens)")
     return 0

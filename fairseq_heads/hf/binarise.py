@@ -3,7 +3,11 @@ model `import-hf` made from the same directory: the same dict.txt, each HF id ma
 dictionary index (`vocabulary.vocabulary_map`), fairseq's </s> after every line as
 fairseq-preprocess writes it (an empty line is a lone </s>: fairseq's document break).
 
-Lines are encoded without the tokenizer's special tokens (no <s>): fairseq's LM data has none.
+Lines are encoded without the tokenizer's special tokens (no <s>): fairseq's LM data has none
+(a model trained with <s> reads one at each block's start: `gated_llama --block-start bos`).
+dict.txt's counts are the tokens of train.txt, as fairseq-preprocess counts its training text (of
+every split written when there is no train.txt), each line's </s> included: what rare-word
+statistics rank tokens by.
 """
 import os
 from typing import Callable, Dict, List, NamedTuple
@@ -35,6 +39,7 @@ class BinariseResult(NamedTuple):
     lines: Dict[str, int]
     tokens: Dict[str, int]
     files: List[str]
+    counted: List[str]  # the splits whose tokens are dict.txt's counts
 
 
 def binarise_with_hf_tokenizer(model_dir: str, text_dir: str, out_dir: str) -> BinariseResult:
@@ -52,20 +57,24 @@ def binarise_with_hf_tokenizer(model_dir: str, text_dir: str, out_dir: str) -> B
     encode = hf_encoder(model_dir)
     index = vocab.hf_to_fairseq
     lines, tokens = {}, {}
+    counted = ["train"] if "train" in texts else list(texts)
+    counts = torch.zeros(vocab.size, dtype=torch.long)
 
     def write(staging: str) -> None:
-        write_text_atomic(os.path.join(staging, "dict.txt"), dictionary_text(vocab))
         for split, path in texts.items():
             prefix = os.path.join(staging, split)
             builder = indexed_dataset.make_builder(prefix + ".bin", "mmap", vocab_size=vocab.size)
             lines[split] = tokens[split] = 0
             with open(path, encoding="utf-8") as f:
                 for line in f:
-                    ids = [index[i] for i in encode(line.rstrip("\n"))] + [EOS]
-                    builder.add_item(torch.IntTensor(ids))
+                    ids = torch.IntTensor([index[i] for i in encode(line.rstrip("\n"))] + [EOS])
+                    builder.add_item(ids)
+                    if split in counted:
+                        counts.add_(torch.bincount(ids.long(), minlength=vocab.size))
                     lines[split] += 1
                     tokens[split] += len(ids)
             builder.finalize(prefix + ".idx")
+        write_text_atomic(os.path.join(staging, "dict.txt"), dictionary_text(vocab, counts.tolist()))
 
     files = write_files_into(out_dir, write)
-    return BinariseResult(lines, tokens, files)
+    return BinariseResult(lines, tokens, files, counted)

@@ -10,13 +10,18 @@ both files appear together or not at all (`files.write_files_into`).
 import json
 import os
 import struct
-from typing import Dict, List, NamedTuple, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 
 from ..files import write_files_into, write_text_atomic
 from .hf_config import HFImportError, LlamaShape, read_hf_config
-from .vocabulary import VocabularyMap, dictionary_text, read_tokenizer_vocabulary, vocabulary_map
+from .vocabulary import (VocabularyMap, dictionary_text, read_tokenizer_vocabulary, tokenizer_adds_bos,
+                         vocabulary_map)
+
+# How an imported model's data is read (`gated_llama --block-break-mode`): one line a block, a
+# line being a document (binarise-hf's text), its first token <s> where the model was trained so.
+IMPORT_BREAK_MODE = "eos"
 
 # HF parameter name (after "model.layers.N.") -> ours (after "decoder.layers.N.")
 LAYER_NAMES = {
@@ -135,7 +140,7 @@ def load_hf_tensors(files: List[str], names) -> Dict[str, torch.Tensor]:
     return out
 
 
-def build_gated_llama(data_dir: str, shape: LlamaShape, vocab: VocabularyMap):
+def build_gated_llama(data_dir: str, shape: LlamaShape, vocab: VocabularyMap, block_start: str = "eos"):
     """(args, model) as fairseq's CLIs build them from `data_dir`'s dict.txt."""
     from fairseq import options, tasks
 
@@ -145,6 +150,7 @@ def build_gated_llama(data_dir: str, shape: LlamaShape, vocab: VocabularyMap):
         data_dir, "--task", "language_modeling", "--arch", "gated_llama", "--user-dir", user_dir,
         "--tokens-per-sample", str(min(shape.max_positions, 2048)), "--cpu",
         "--blocked-output-symbols", blocked, "--dropout", "0", "--attention-dropout", "0",
+        "--block-start", block_start, "--block-break-mode", IMPORT_BREAK_MODE,
         *shape.fairseq_options()])
     task = tasks.setup_task(args)
     if len(task.dictionary) != vocab.size:
@@ -157,12 +163,20 @@ class ImportResult(NamedTuple):
     shape: LlamaShape
     vocab: VocabularyMap
     files: List[str]
+    block_start: str = "eos"  # bos: the model was trained with <s> at each document start
 
     def model_options(self) -> List[str]:
         """The fairseq-train options of this model (--arch gated_llama + these), to fine-tune it
         with `--finetune-from-model OUT_DIR/checkpoint.pt`."""
         return ["--arch", "gated_llama", *self.shape.fairseq_options(),
-                "--blocked-output-symbols", ",".join(str(i) for i in self.vocab.blocked)]
+                "--blocked-output-symbols", ",".join(str(i) for i in self.vocab.blocked),
+                "--block-start", self.block_start, "--block-break-mode", IMPORT_BREAK_MODE]
+
+    def task_options(self) -> List[str]:
+        """The language_modeling options that read data as the model was trained: one document
+        a block (a line of binarise-hf's text), within the model's positions."""
+        return ["--sample-break-mode", IMPORT_BREAK_MODE, "--tokens-per-sample",
+                str(min(self.shape.max_positions, 2048))]
 
 
 def checkpoint_state(args, model) -> dict:
@@ -179,7 +193,7 @@ def checkpoint_state(args, model) -> dict:
             "extra_state": {"train_iterator": {"epoch": 1}}, "last_optimizer_state": None}
 
 
-def import_hf(model_dir: str, out_dir: str) -> ImportResult:
+def import_hf(model_dir: str, out_dir: str, block_start: Optional[str] = None) -> ImportResult:
     """Convert `model_dir` into `out_dir`/checkpoint.pt and dict.txt (module docstring)."""
     shape = read_hf_config(model_dir)
     tokenizer = read_tokenizer_vocabulary(model_dir, shape.vocab_size)
@@ -191,10 +205,15 @@ def import_hf(model_dir: str, out_dir: str) -> ImportResult:
                             f"beyond vocab_size {shape.vocab_size}")
     vocab = vocabulary_map(tokenizer.strings, shape.eos_token_id, shape.bos_token_id,
                            tokenizer.unk_id)
+    if block_start is None:  # as its tokenizer fed it in training
+        block_start = "bos" if tokenizer_adds_bos(model_dir, shape.bos_token_id, vocab) else "eos"
+    elif block_start == "bos" and vocab.row_source[0] is None:
+        raise HFImportError(f"--block-start bos: {model_dir} has no BOS token (config.json "
+                            f"bos_token_id) for fairseq's <s> to read")
 
     def write(staging: str) -> None:
         write_text_atomic(os.path.join(staging, "dict.txt"), dictionary_text(vocab))
-        args, model = build_gated_llama(staging, shape, vocab)
+        args, model = build_gated_llama(staging, shape, vocab, block_start)
         weights = convert_weights(load_hf_tensors(files, expected_shapes(shape)), shape, vocab)
         state = model.state_dict()
         unknown = set(weights) - set(state)
@@ -206,4 +225,4 @@ def import_hf(model_dir: str, out_dir: str) -> ImportResult:
 
     write_files_into(out_dir, write)
     return ImportResult(shape, vocab, [os.path.join(out_dir, "checkpoint.pt"),
-                                       os.path.join(out_dir, "dict.txt")])
+                                       os.path.join(out_dir, "dict.txt")], block_start)

@@ -20,7 +20,7 @@ log p_fairseq(hf_to_fairseq[i]) = log p_HF(i).
 """
 import json
 import os
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .hf_config import HFImportError
 
@@ -84,10 +84,34 @@ def vocabulary_map(strings: List[Optional[str]], eos_id: Optional[int], bos_id: 
     return VocabularyMap(entries, overwrite, hf_to_fairseq, row_source, sorted(set(blocked)))
 
 
-def dictionary_text(vocab: VocabularyMap) -> str:
-    """dict.txt: one `word count` line per entry (counts are unused: 1)."""
-    return "".join(f"{w} 1{' ' + OVERWRITE_FLAG if o else ''}\n"
-                   for w, o in zip(vocab.entries, vocab.overwrite))
+def dictionary_text(vocab: VocabularyMap, counts: Optional[Sequence[int]] = None) -> str:
+    """dict.txt: one `word count` line per entry. `counts` (by fairseq index, e.g. the training
+    text's tokens, `binarise-hf`) or, where there is no text (`import-hf`), 0: no count is
+    known, and fairseq's `Dictionary.load` keeps the file's order whatever the counts."""
+    return "".join(f"{w} {int(counts[FAIRSEQ_SYMBOLS + i]) if counts is not None else 0}"
+                   f"{' ' + OVERWRITE_FLAG if o else ''}\n"
+                   for i, (w, o) in enumerate(zip(vocab.entries, vocab.overwrite)))
+
+
+def tokenizer_adds_bos(model_dir: str, bos_token_id: Optional[int], vocab: VocabularyMap) -> bool:
+    """Was the model trained with <s> at each document start? Where config.json names a BOS
+    token that fairseq's <s> (index 0) reads, unless tokenizer_config.json says its tokenizer
+    adds none (`add_bos_token` false, or `bos_token` null: Qwen2); LLaMA's and Mistral's add it."""
+    if bos_token_id is None or vocab.row_source[0] != bos_token_id:
+        return False
+    path = os.path.join(model_dir, "tokenizer_config.json")
+    if not os.path.isfile(path):
+        return True
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise HFImportError(f"{path}: not JSON ({error})") from None
+    if not isinstance(config, dict):
+        raise HFImportError(f"{path}: not a JSON object")
+    if "add_bos_token" in config:
+        return bool(config["add_bos_token"])
+    return not ("bos_token" in config and config["bos_token"] is None)
 
 
 class TokenizerVocabulary(NamedTuple):

@@ -6,7 +6,8 @@ It is fairseq's `TransformerLanguageModel` with one hook each: the decoder build
 (`build_decoder_layer`), its final norm is an RMSNorm, and `output_layer` can block symbols that
 the imported vocabulary does not have (`--blocked-output-symbols`, set by `import-hf`: fairseq's
 own <s> / <pad> / <unk> when the HF tokenizer has no such string, so that the softmax runs over
-HF's vocabulary exactly). fairseq's decoder supplies the rest: embeddings (no positional
+HF's vocabulary exactly); under `--block-start bos` (set by `import-hf` for models trained with
+<s> at each document start) it reads a block's first token </s> as <s>. fairseq's decoder supplies the rest: embeddings (no positional
 embedding, no scaling: `build_model` sets those options), the causal mask, padding masks,
 incremental state, tied or untied output projection. The attention blocks are
 `llama_attention.LlamaAttention` (a gated block), so the L0 criteria, `--target-heads`,
@@ -18,7 +19,7 @@ checkpoint's config.json; these names are for training such shapes from scratch)
 """
 import contextlib
 import dataclasses
-from typing import List, Optional
+from typing import Optional
 
 import torch
 from fairseq.models import register_model, register_model_architecture
@@ -32,6 +33,7 @@ from ..gating.group_gate import GroupGate
 from ..gating.hard_concrete import HardConcreteGate
 from ..gating.head_target import attach_head_target_record, follow_recorded_target
 from .gated_transformer import freeze_parameters, parse_attention_types
+from .imported_translation import parse_blocked_symbols
 from .gated_transformer_lm import GatedTransformerLanguageModelConfig, lm_gate_defaults
 from .head_layout import apply_head_layout
 from .llama_attention import LlamaAttention, query_groups
@@ -53,6 +55,14 @@ class GatedLlamaConfig(GatedTransformerLanguageModelConfig):
     blocked_output_symbols: Optional[str] = dataclasses.field(default=None, metadata={
         "help": "comma list of dictionary indices that are never predicted (log-prob -inf); "
                 "set by `fairseq-heads import-hf`"})
+    block_start: str = dataclasses.field(default="eos", metadata={
+        "help": "what the model reads at a block's first position when the data puts fairseq's "
+                "</s> there: </s> (eos: fairseq's own LMs) or <s> (bos: models trained with <s> "
+                "at each document start, as Hugging Face's LLaMA; set by `fairseq-heads import-hf`)"})
+    block_break_mode: Optional[str] = dataclasses.field(default=None, metadata={
+        "help": "the --sample-break-mode the model's data is read with by `fairseq-heads stats`, "
+                "`lm-result` and `curve` (eos: one line, a document, a block; None: the task's "
+                "own); set by `fairseq-heads import-hf`"})
 
 
 # What makes fairseq's decoder a LLaMA decoder, whatever the command line says: positions come
@@ -65,16 +75,20 @@ LLAMA_FIXED_OPTIONS = dict(no_token_positional_embeddings=True, no_scale_embeddi
                            decoder_layerdrop=0.0, base_layers=0, checkpoint_activations=False)
 
 
-def parse_blocked_symbols(text: Optional[str]) -> List[int]:
-    if not text:
-        return []
-    try:
-        return sorted({int(x) for x in str(text).split(",") if x.strip()})
-    except ValueError:
-        raise ValueError(f"--blocked-output-symbols: expected comma-separated indices, got {text!r}") from None
-
-
 PRUNE_UNITS = ("query", "kv-group")
+BLOCK_STARTS = ("eos", "bos")
+
+
+def read_block_start(tokens: Tensor, start: str, eos: int, bos: int) -> Tensor:
+    """The input tokens as the model reads them: under --block-start bos a block's first token
+    </s> (fairseq puts the previous line's </s> there: a document start) is <s>, as a model
+    trained with <s> at each document start saw it. Right-padded batches: column 0 is the first
+    token; incremental decoding passes the whole prefix, so column 0 is always the block's."""
+    if start != "bos" or tokens.size(1) == 0:
+        return tokens
+    tokens = tokens.clone()
+    tokens[:, 0] = tokens[:, 0].masked_fill(tokens[:, 0] == eos, bos)
+    return tokens
 
 
 def head_gate(args, num_heads: int, num_kv_heads: int) -> HardConcreteGate:
@@ -128,6 +142,14 @@ class LlamaDecoder(TransformerDecoder):
         self.blocked_output_symbols = parse_blocked_symbols(args.blocked_output_symbols)
         if any(i >= len(dictionary) for i in self.blocked_output_symbols):
             raise ValueError(f"--blocked-output-symbols: index beyond the {len(dictionary)} symbols")
+        self.block_start = getattr(args, "block_start", None) or "eos"
+        if self.block_start not in BLOCK_STARTS:
+            raise ValueError(f"--block-start: expected one of {', '.join(BLOCK_STARTS)}, got {self.block_start!r}")
+
+    def extract_features(self, prev_output_tokens, *args, **kwargs):
+        tokens = read_block_start(prev_output_tokens, self.block_start, self.dictionary.eos(),
+                                  self.dictionary.bos())
+        return super().extract_features(tokens, *args, **kwargs)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         return LlamaDecoderLayer(self.args)
@@ -181,7 +203,7 @@ LLAMA_DEFAULTS = dict(decoder_embed_dim=512, decoder_ffn_embed_dim=1376, decoder
                       decoder_attention_heads=8, decoder_kv_heads=None, rope_theta=10000.0,
                       rms_norm_eps=1e-6, qkv_bias=False, blocked_output_symbols=None, dropout=0.0,
                       attention_dropout=0.0, share_decoder_input_output_embed=False, prune_unit="query",
-                      gated_attention="dec-self")
+                      gated_attention="dec-self", block_start="eos")
 
 
 def llama_defaults(args, **sizes) -> None:

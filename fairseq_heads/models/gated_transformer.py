@@ -26,6 +26,7 @@ from ..gating.hard_concrete import HardConcreteGate
 from ..gating.head_target import attach_head_target_record, follow_recorded_target
 from .gate_options import add_gate_args, gate_defaults
 from .head_layout import apply_head_layout
+from .imported_translation import add_imported_translation_args, apply_model_options, build_decoder
 
 
 def parse_attention_types(value: str, option: str = "--gated-attention") -> FrozenSet[str]:
@@ -149,12 +150,19 @@ class GatedTransformerModel(GatedCheckpointLoading, TransformerModel):
     def add_args(cls, parser):
         super().add_args(parser)
         add_gate_args(parser)  # and --head-layout (physical pruning)
+        add_imported_translation_args(parser)  # what imported HF models need (import-hf)
 
     @classmethod
     def build_model(cls, args, task):
         gate_defaults(args)
         parse_attention_types(args.gated_attention)  # fail before building anything
-        return gate_built_model(super().build_model(args, task), args)
+        model = super().build_model(args, task)
+        apply_model_options(model, args)
+        return gate_built_model(model, args)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        return build_decoder(args, tgt_dict, embed_tokens)
 
 
 def gated_base_architecture(args):

@@ -83,3 +83,9 @@ def settings_except(section, *names: str) -> Dict[str, Any]:
 def config_dict(config) -> Dict[str, Any]:
     """The config as JSON-able nested dicts (tuples become lists)."""
     return dataclasses.asdict(config)
+
+
+def precision_settings(autocast: str) -> dict:
+    """What --autocast (precision.py) adds to the key of a step that runs a model: nothing in fp32,
+    so that the results folders made before the option keep their keys."""
+    return {} if autocast == "none" else {"autocast": autocast}

@@ -7,6 +7,7 @@ import shutil
 from dataclasses import dataclass
 from typing import List, Tuple
 
+from ..commands import mask as mask_command
 from ..convergence import Validation, validation_line
 from ..files import write_text_atomic
 from .fairseq_steps import run_fairseq_heads, training_summary
@@ -58,7 +59,7 @@ def l0_phase_options(v, context: StepContext, lam: float, trace_interval: int) -
 def write_l0_mask(name: str):
     """A call step: the L0 phase's open heads (models/NAME_l0) as a fixed head mask."""
     def call(context: StepContext) -> None:
-        run_fairseq_heads("mask", "add_mask_arguments", "run_mask", [
+        run_fairseq_heads(mask_command, [
             "--path", context.path(f"models/{name}_l0/checkpoint_last.pt"),
             "--out", os.path.join(context.out, "head_mask.json")])
     return call
@@ -80,10 +81,10 @@ def phase_steps(name: str, settings: dict, v, baseline: str, l0_phase, fixed_mas
     key holds SETTINGS and only the protocol settings it reads (PHASE_SETTINGS)."""
     return [
         Step(f"{name}_l0", f"models/{name}_l0", {**settings, "converged": phase_settings(v, "l0")},
-             inputs=("data", baseline), command=l0_phase, resumable=True),
+             inputs=("data", baseline), argv=l0_phase, resumable=True),
         Step(f"mask_{name}", f"masks/{name}", {}, inputs=(f"{name}_l0",), call=write_l0_mask(name)),
         Step(name, f"models/{name}", {**settings, "converged": phase_settings(v, "fixed_mask")},
-             inputs=("data", f"{name}_l0", f"mask_{name}"), command=fixed_mask_phase, resumable=True),
+             inputs=("data", f"{name}_l0", f"mask_{name}"), argv=fixed_mask_phase, resumable=True),
     ]
 
 

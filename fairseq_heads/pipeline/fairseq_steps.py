@@ -5,13 +5,13 @@ fairseq for each BLEU). Training runs as its own process (`train_argv`): fairseq
 global state and its CUDA memory end with it.
 """
 import argparse
-import importlib
 import json
 import os
 import platform
 import re
 import statistics
 import sys
+from types import ModuleType
 from typing import Dict, List, Optional
 
 
@@ -19,16 +19,17 @@ class StepError(Exception):
     pass
 
 
-def run_fairseq_heads(module: str, add_arguments: str, run: str, argv: List[str]) -> None:
-    """Run `fairseq-heads <command> ARGV` in this process: fairseq_heads.commands.<module>'s
-    argument builder and runner, as cli.py wires them. A non-zero exit raises StepError."""
-    commands = importlib.import_module(f"fairseq_heads.commands.{module}")
-    parser = argparse.ArgumentParser(prog=f"fairseq-heads {module}")
-    getattr(commands, add_arguments)(parser)
+def run_fairseq_heads(command: ModuleType, argv: List[str]) -> None:
+    """Run `fairseq-heads <command> ARGV` in this process: the command module's `add_arguments`
+    and `run` (a module of fairseq_heads.commands), as cli.py wires them. A non-zero exit raises
+    StepError."""
+    name = command.__name__.rsplit(".", 1)[-1].replace("_", "-")
+    parser = argparse.ArgumentParser(prog=f"fairseq-heads {name}")
+    command.add_arguments(parser)
     args = parser.parse_args([str(a) for a in argv])
-    status = getattr(commands, run)(args)
+    status = command.run(args)
     if status:
-        raise StepError(f"fairseq-heads {module} exited with {status}")
+        raise StepError(f"fairseq-heads {name} exited with {status}")
 
 
 def train_argv(data_bin: str, options: List[str]) -> List[str]:
@@ -44,6 +45,9 @@ def generate(data_bin: str, options: List[str], out_file: str) -> None:
     from fairseq_cli import generate as fairseq_generate
 
     results_path = os.path.dirname(os.path.abspath(out_file))
+    # fairseq 0.12's batch_by_size drops the last (n mod --required-batch-size-multiple) sentences
+    # (default 8: 1,997 sentences of a test set are scored as 1,992); 1 scores every sentence
+    options = ["--required-batch-size-multiple", 1, *options]
     parser = fairseq_options.get_generation_parser()
     # as fairseq_cli.generate.cli_main: its parser lacks --arch otherwise
     parser.add_argument("--arch", "-a", metavar="ARCH", default="wav2vec2")

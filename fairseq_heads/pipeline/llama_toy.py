@@ -17,6 +17,9 @@ import os
 from dataclasses import dataclass
 from typing import List
 
+from ..commands import (binarise_hf as binarise_hf_command, curve as curve_command,
+                        export_hf as export_hf_command, import_hf as import_hf_command,
+                        lm_result as lm_result_command, prune as prune_command)
 from .fairseq_steps import run_fairseq_heads
 from .lm import LmRecipe, LmSteps
 from .runner import Step, StepContext
@@ -45,14 +48,14 @@ class LlamaToySteps(LmSteps):
                               call=self.run_hf_round_trip))
         return steps
 
-    def l0_command(self, lam: float):
-        command = super().l0_command(lam)
+    def l0_argv(self, lam: float):
+        argv = super().l0_argv(lam)
         unit = ["--prune-unit", self.c.prune_unit, "--target-heads", str(self.c.target_heads)]
-        return lambda context: command(context) + unit
+        return lambda context: argv(context) + unit
 
     def prune_call(self, name: str):
         def call(context: StepContext) -> None:  # the fine-tune's gates decide which groups go
-            run_fairseq_heads("prune", "add_arguments", "run", [
+            run_fairseq_heads(prune_command, [
                 "--path", context.path(f"models/{name}/checkpoint_last.pt"),
                 "--out", os.path.join(context.out, "checkpoint.pt"), "--from-gates", "--prune-unit", self.c.prune_unit])
         return call
@@ -60,7 +63,7 @@ class LlamaToySteps(LmSteps):
     def curve_call(self, metric: str):
         def call(context: StepContext) -> None:
             c = self.c
-            run_fairseq_heads("curve", "add_arguments", "run", [
+            run_fairseq_heads(curve_command, [
                 self.data_bin(context), "--path", self.baseline_checkpoint(context),
                 "--scores", context.path("stats/baseline/heads.csv"), "--metric", metric,
                 "--steps", ",".join(str(n) for n in c.curve.steps), "--prune-unit", c.prune_unit,
@@ -69,7 +72,7 @@ class LlamaToySteps(LmSteps):
         return call
 
     def run_pruned_query(self, context: StepContext) -> None:
-        run_fairseq_heads("prune", "add_arguments", "run", [
+        run_fairseq_heads(prune_command, [
             "--path", self.baseline_checkpoint(context), "--out", os.path.join(context.out, "checkpoint.pt"),
             "--from-importance", context.path("stats/baseline/heads.csv"), "--metric", "lrp",
             "--keep", self.c.query_heads_kept])
@@ -77,7 +80,7 @@ class LlamaToySteps(LmSteps):
     def perplexity_call(self, checkpoint: str, data_bin: str = "data/bin"):
         def call(context: StepContext) -> None:
             # kind "baseline": lm-result's file format; kept out of results/, so out of the tables
-            run_fairseq_heads("lm_recipe", "add_result_arguments", "run_result", [
+            run_fairseq_heads(lm_result_command, [
                 context.path(data_bin), "--path", context.path(checkpoint), "--name", context.step.name,
                 "--kind", "baseline", "--subset", "valid", "--results-dir", context.results,
                 "--batch-size", self.c.batch_size, "--out", os.path.join(context.out, "result.json"),
@@ -88,11 +91,11 @@ class LlamaToySteps(LmSteps):
         hf = context.out
         model = os.path.join(hf, "model")
         write_tiny_hf_llama(model, context.path("prepare/text/train.txt"))
-        run_fairseq_heads("import_hf", "add_arguments", "run", [model, "--out", os.path.join(hf, "imported")])
-        run_fairseq_heads("binarise_hf", "add_arguments", "run", [
+        run_fairseq_heads(import_hf_command, [model, "--out", os.path.join(hf, "imported")])
+        run_fairseq_heads(binarise_hf_command, [
             model, "--text", context.path("prepare/text"), "--out", os.path.join(hf, "bin")])
         imported = os.path.join(hf, "imported", "checkpoint.pt")
-        run_fairseq_heads("lm_recipe", "add_result_arguments", "run_result", [
+        run_fairseq_heads(lm_result_command, [
             os.path.join(hf, "bin"), "--path", imported, "--name", "hf_imported", "--kind", "baseline",
             "--subset", "valid", "--results-dir", context.results, "--out", os.path.join(hf, "perplexity.json"),
             *self.device()])
@@ -101,10 +104,10 @@ class LlamaToySteps(LmSteps):
         with open(scores, "w", encoding="utf-8") as f:
             f.write("type,layer,head,lrp\n" + "".join(
                 f"dec-self,{layer},{head},{int((head // 2) == layer)}\n" for layer in (0, 1) for head in range(4)))
-        run_fairseq_heads("prune", "add_arguments", "run", [
+        run_fairseq_heads(prune_command, [
             "--path", imported, "--out", os.path.join(hf, "pruned.pt"), "--from-importance", scores,
             "--metric", "lrp", "--keep", 2, "--prune-unit", "kv-group"])
-        run_fairseq_heads("export_hf", "add_arguments", "run", [
+        run_fairseq_heads(export_hf_command, [
             "--path", os.path.join(hf, "pruned.pt"), "--source", model, "--out", os.path.join(hf, "export")])
 
 

@@ -22,8 +22,11 @@ import shutil
 from dataclasses import dataclass, field
 from typing import List, Tuple
 
+from ..commands import (curve as curve_command, lm_report as lm_report_command,
+                        lm_result as lm_result_command, prepare_lm as prepare_lm_command,
+                        prune as prune_command, stats as stats_command)
 from ..files import write_text_atomic
-from .config import settings_except
+from .config import precision_settings, settings_except
 from .fairseq_steps import run_fairseq_heads, train_argv, training_summary
 from .converged_phases import validations
 from .lm_converged import LmConverged, lm_converged_steps
@@ -117,6 +120,7 @@ class LmRecipe:
     converged: LmConverged = field(default_factory=LmConverged)  # seeds set: the converged protocol
     batch_size: int = 16          # blocks per batch when scoring (perplexity, curves)
     cpu: bool = True
+    autocast: str = "none"        # precision.py: "bf16" for every training and scoring command
 
 
 def _asdict(section) -> dict:
@@ -134,7 +138,11 @@ class LmSteps:
         return context.path("data/bin")
 
     def device(self) -> List[str]:
-        return ["--cpu"] if self.c.cpu else []
+        """--cpu and --autocast: the options every training and scoring command shares."""
+        return (["--cpu"] if self.c.cpu else []) + ([] if self.c.autocast == "none" else ["--autocast", self.c.autocast])
+
+    def stats_settings(self) -> dict:
+        return {**_asdict(self.c.stats), **precision_settings(self.c.autocast)}
 
     def model_options(self, gate_adam: bool = False) -> List[str]:
         m, t = self.c.model, self.c.train
@@ -165,10 +173,10 @@ class LmSteps:
             Step("open_mask", "masks/all_open", {"layers": c.model.layers, "heads": c.model.heads},
                  call=self.write_open_mask),
             Step(f"baseline{s}", f"models/baseline{s}", model, inputs=("data", "open_mask"),
-                 command=self.train_baseline, resumable=True),
+                 argv=self.train_baseline, resumable=True),
             Step(f"result_baseline{s}", f"results/baseline{s}", self.result_settings(),
                  inputs=("data", f"baseline{s}"), call=self.result_call(f"baseline{s}", None)),
-            Step(f"stats{s}", f"stats/baseline{s}", _asdict(c.stats), inputs=("data", f"baseline{s}"),
+            Step(f"stats{s}", f"stats/baseline{s}", self.stats_settings(), inputs=("data", f"baseline{s}"),
                  call=self.stats_call(None)),
         ]
         lambdas = c.l0.lambdas + ((0.0,) if c.l0.control else ())
@@ -182,16 +190,17 @@ class LmSteps:
                 steps += [
                     Step(name, f"models/{name}", {**model, "l0": settings_except(c.l0, "lambdas", "control"),
                                                   "lambda": lam},
-                         inputs=("data", f"baseline{s}"), command=self.l0_command(lam), resumable=True),
+                         inputs=("data", f"baseline{s}"), argv=self.l0_argv(lam), resumable=True),
                     Step(f"pruned_{name}", f"models/pruned_{name}", {}, inputs=(name,), call=self.prune_call(name)),
                     Step(f"result_{name}", f"results/{name}", self.result_settings(),
                          inputs=("data", f"pruned_{name}"), call=self.result_call(name, lam)),
-                    Step(f"stats_{name}", f"stats/{name}", _asdict(c.stats), inputs=("data", name),
+                    Step(f"stats_{name}", f"stats/{name}", self.stats_settings(), inputs=("data", name),
                          call=self.stats_call(name)),
                 ]
         for metric in c.curve.metrics:
             steps.append(Step(f"curve_{metric}{s}", f"curves/{metric}{s}",
-                              {"curve": settings_except(c.curve, "metrics"), "batch_size": c.batch_size},
+                              {"curve": settings_except(c.curve, "metrics"), "batch_size": c.batch_size,
+                               **precision_settings(c.autocast)},
                               inputs=("data", f"baseline{s}", f"stats{s}"), call=self.curve_call(metric)))
         steps.append(Step("report", None, {}, inputs=tuple(step.name for step in steps), call=self.run_report))
         return steps
@@ -204,7 +213,7 @@ class LmSteps:
                 "--workers", max(1, min(16, os.cpu_count() or 1))]
         if d.source:
             argv += ["--source-dir", os.path.join(self.data_root, d.source)]
-        run_fairseq_heads("prepare_lm", "add_arguments", "run", argv + self.corpus_options())
+        run_fairseq_heads(prepare_lm_command, argv + self.corpus_options())
         shutil.copytree(os.path.join(work, "bin"), os.path.join(context.out, "bin"))
         shutil.copy2(os.path.join(work, "spm.model"), context.out)
 
@@ -238,8 +247,8 @@ class LmSteps:
             options += ["--patience", t.patience]
         return train_argv(self.data_bin(context), options)
 
-    def l0_command(self, lam: float):
-        def command(context: StepContext) -> List[str]:
+    def l0_argv(self, lam: float):
+        def argv(context: StepContext) -> List[str]:
             l0 = self.c.l0
             options = self.model_options(gate_adam=True) + [
                 "--finetune-from-model", self.baseline_checkpoint(context),
@@ -249,27 +258,28 @@ class LmSteps:
                 "--gate-trace", os.path.join(context.out, "gate_trace.jsonl"),
                 "--gate-trace-interval", l0.trace_interval]
             return train_argv(self.data_bin(context), options)
-        return command
+        return argv
 
     def prune_call(self, name: str):
         def call(context: StepContext) -> None:  # the fine-tune's gates decide which heads go
-            run_fairseq_heads("prune", "add_arguments", "run", [
+            run_fairseq_heads(prune_command, [
                 "--path", context.path(f"models/{name}/checkpoint_last.pt"),
                 "--out", os.path.join(context.out, "checkpoint.pt"), "--from-gates"])
         return call
 
     def train_settings(self) -> dict:
-        return train_settings(self.c.train)
+        return {**train_settings(self.c.train), **precision_settings(self.c.autocast)}
 
     def result_settings(self) -> dict:
         """A result step's key: its batch, and its outputs (the per-block losses the report's
         paired intervals read, `block_losses.json`, came later: result files without them re-run)."""
-        return {"batch_size": self.c.batch_size, "block_losses": True}
+        return {"batch_size": self.c.batch_size, "block_losses": True, **precision_settings(self.c.autocast)}
 
     def result_call(self, name: str, lam, checkpoint: str = "", kind: str = "l0", options=()):
         """Test perplexity of models/NAME: the baseline (λ None), the physically pruned quick L0
         model, or CHECKPOINT (under the results folder) of kind KIND with lm-result OPTIONS
-        ({results}: the results folder)."""
+        ({results}: the results folder). The result file records the baseline's seed, and a model
+        whose OPTIONS give no seed (the baseline, a quick fine-tune) trained with that one."""
         def call(context: StepContext) -> None:
             if lam is None:
                 path, model_kind, extra = self.baseline_checkpoint(context), "baseline", []
@@ -277,7 +287,10 @@ class LmSteps:
                 path = context.path(checkpoint or f"models/pruned_{name}/checkpoint.pt")
                 model_kind, extra = kind, ["--l0-lambda", lam]
             extra += [str(o).format(results=context.results) for o in options]
-            run_fairseq_heads("lm_recipe", "add_result_arguments", "run_result", [
+            extra += ["--baseline-seed", self.c.train.seed]
+            if "--seed" not in options:  # the baseline, a quick fine-tune: the run's seed
+                extra += ["--seed", self.c.train.seed]
+            run_fairseq_heads(lm_result_command, [
                 self.data_bin(context), "--path", path, "--name", name, "--kind", model_kind,
                 "--subset", "test", "--results-dir", context.results, "--batch-size", self.c.batch_size,
                 "--out", os.path.join(context.out, "result.json"), *extra, *self.device()])
@@ -298,13 +311,13 @@ class LmSteps:
                 argv += ["--metrics", SURVIVOR_METRICS]
             if st.rare_outside_top:
                 argv += ["--rare-outside-top", st.rare_outside_top]
-            run_fairseq_heads("stats", "add_stats_arguments", "run_stats", argv)
+            run_fairseq_heads(stats_command, argv)
         return call
 
     def curve_call(self, metric: str):
         def call(context: StepContext) -> None:
             c, s = self.c, self.suffix
-            run_fairseq_heads("curve", "add_arguments", "run", [
+            run_fairseq_heads(curve_command, [
                 self.data_bin(context), "--path", self.baseline_checkpoint(context),
                 "--scores", context.path(f"stats/baseline{s}/heads.csv"), "--metric", metric,
                 "--steps", ",".join(str(n) for n in c.curve.steps), "--gen-subset", "test",
@@ -312,4 +325,4 @@ class LmSteps:
         return call
 
     def run_report(self, context: StepContext) -> None:
-        run_fairseq_heads("lm_recipe", "add_report_arguments", "run_report", [context.results])
+        run_fairseq_heads(lm_report_command, [context.results])

@@ -68,7 +68,7 @@ def lm_converged_steps(lm, lam: float, seed: int) -> List[Step]:
         Step(f"result_{name}", f"results/{name}", lm.result_settings(),
              inputs=("data", name), call=lm.result_call(name, lam, checkpoint=f"models/{name}/checkpoint_best.pt",
                                                         options=result_record(v, seed, name))),
-        Step(f"stats_{name}", f"stats/{name}", asdict(c.stats), inputs=("data", name),
+        Step(f"stats_{name}", f"stats/{name}", lm.stats_settings(), inputs=("data", name),
              call=lm.stats_call(name, checkpoint=f"models/{name}/checkpoint_best.pt")),
     ]
     if lam in v.scratch_lambdas:
@@ -98,7 +98,7 @@ def scratch_steps(lm, name: str, lam: float, seed: int, mask: str) -> List[Step]
                         call=reuse_baseline(f"models/baseline{lm.suffix}/checkpoint_best.pt",
                                             f"logs/baseline{lm.suffix}.log"))
     else:
-        training = Step(scratch, f"models/{scratch}", settings, inputs=("data", mask_step), command=train,
+        training = Step(scratch, f"models/{scratch}", settings, inputs=("data", mask_step), argv=train,
                         resumable=True)
     return [
         training,

@@ -19,6 +19,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import List, Tuple
 
+from ..commands import lm_result as lm_result_command, mask as mask_command, stats as stats_command
 from .fairseq_steps import run_fairseq_heads
 from .lm import LmData, LmRecipe, LmSteps
 from .runner import Step, StepContext
@@ -61,7 +62,7 @@ class LmEnglishSteps(LmSteps):
         if c.pud_conllu:
             steps += [
                 Step("pud", "pud", {"conllu": c.pud_conllu}, inputs=("data",), call=self.run_pud),
-                Step(f"stats_pud{s}", f"stats/baseline_pud{s}", asdict(c.stats), inputs=("pud", f"baseline{s}"),
+                Step(f"stats_pud{s}", f"stats/baseline_pud{s}", self.stats_settings(), inputs=("pud", f"baseline{s}"),
                      call=self.run_stats_pud),
             ]
         for lam in () if c.converged.seeds else c.scratch_lambdas:
@@ -79,7 +80,7 @@ class LmEnglishSteps(LmSteps):
 
     def run_stats_pud(self, context: StepContext) -> None:
         st = self.c.stats
-        run_fairseq_heads("stats", "add_stats_arguments", "run_stats", [
+        run_fairseq_heads(stats_command, [
             context.path("pud/bin"), "--path", self.baseline_checkpoint(context), "--gen-subset", "pud",
             "--conllu", context.path("pud/bin/pud.conllu.gz"), "--metrics", "syntactic,positional,previous_token",
             "--bootstrap-replicates", st.bootstrap_replicates, "--out-dir", context.out, "--log-format", "none",
@@ -90,7 +91,7 @@ class LmEnglishSteps(LmSteps):
         mask, scratch = f"masks/{name}/head_mask.json", f"scratch_{name}"
 
         def write_mask(context: StepContext) -> None:
-            run_fairseq_heads("mask", "add_mask_arguments", "run_mask", [
+            run_fairseq_heads(mask_command, [
                 "--path", context.path(f"models/{name}/checkpoint_last.pt"),
                 "--out", os.path.join(context.out, "head_mask.json")])
 
@@ -100,17 +101,17 @@ class LmEnglishSteps(LmSteps):
                 "--head-mask", context.path(mask), "--max-update", str(c.train.max_update + c.l0.updates)]
 
         def score(context: StepContext) -> None:
-            run_fairseq_heads("lm_recipe", "add_result_arguments", "run_result", [
+            run_fairseq_heads(lm_result_command, [
                 self.data_bin(context), "--path", context.path(f"models/{scratch}/checkpoint_best.pt"),
                 "--name", scratch, "--kind", "from_scratch", "--from-model", name, "--subset", "test",
-                "--results-dir", context.results, "--batch-size", c.batch_size,
-                "--out", os.path.join(context.out, "result.json"), *self.device()])
+                "--results-dir", context.results, "--batch-size", c.batch_size, "--seed", c.train.seed,
+                "--baseline-seed", c.train.seed, "--out", os.path.join(context.out, "result.json"), *self.device()])
 
         return [
             Step(f"mask_{name}", f"masks/{name}", {}, inputs=(name,), call=write_mask),
             Step(scratch, f"models/{scratch}", {"model": asdict(c.model), "train": self.train_settings(),
                                                 "updates": c.l0.updates},
-                 inputs=("data", f"mask_{name}"), command=train, resumable=True),
+                 inputs=("data", f"mask_{name}"), argv=train, resumable=True),
             Step(f"result_{scratch}", f"results/{scratch}", self.result_settings(),
                  inputs=("data", scratch), call=score),
         ]

@@ -25,10 +25,13 @@ import shutil
 from dataclasses import dataclass, field
 from typing import List, Tuple
 
-from .config import settings_except
+from ..commands import (curve as curve_command, prepare as prepare_command, report as report_command,
+                        result as result_command, stats as stats_command)
+from .config import precision_settings, settings_except
 from .fairseq_steps import generate, run_fairseq_heads, train_argv, training_summary
-from .nmt_config import (ALL_TYPES, BASELINE_CHECKPOINT, L0, Curve, Data, Generate, Model, Stats, Syntax,
-                         Train, l0_settings, lambda_name, syntax_data_settings, train_settings)
+from .formation import formation_step
+from .nmt_config import (ALL_TYPES, BASELINE_CHECKPOINT, L0, Curve, Data, Formation, Generate, Model, Stats, Syntax,
+                         Train, l0_settings, lambda_name, model_settings, syntax_data_settings, train_settings)
 from .nmt_converged import Converged, converged_sweep
 from .runner import Step, StepContext
 
@@ -43,8 +46,10 @@ class NmtRecipe:
     generate: Generate = field(default_factory=Generate)
     stats: Stats = field(default_factory=Stats)
     curve: Curve = field(default_factory=Curve)
+    formation: Formation = field(default_factory=Formation)
     converged: Converged = field(default_factory=Converged)  # seeds set: the converged protocol
     cpu: bool = True
+    autocast: str = "none"      # precision.py: "bf16" for every training, BLEU, stats and curve
 
 
 def _asdict(section) -> dict:
@@ -73,7 +78,11 @@ class NmtSteps:
         c = self.c
         options = ["--user-dir", self.user_dir, "--task", "translation_heads",
                    "-s", c.data.src, "-t", c.data.tgt, "--num-workers", c.train.num_workers]
-        return options + (["--cpu"] if c.cpu else [])
+        return options + (["--cpu"] if c.cpu else []) + self.precision()
+
+    def precision(self) -> List[str]:
+        """--autocast, where it is on (the same option on fairseq's CLIs and ours)."""
+        return [] if self.c.autocast == "none" else ["--autocast", self.c.autocast]
 
     def size(self) -> List[str]:
         m = self.c.model
@@ -81,7 +90,8 @@ class NmtSteps:
                 "--encoder-embed-dim", m.dim, "--decoder-embed-dim", m.dim,
                 "--encoder-ffn-embed-dim", m.ffn, "--decoder-ffn-embed-dim", m.ffn,
                 "--encoder-attention-heads", m.heads, "--decoder-attention-heads", m.heads,
-                "--share-all-embeddings"]
+                "--share-all-embeddings"] + (["--encoder-normalize-before", "--decoder-normalize-before"]
+                                             if m.normalize_before else [])
 
     def training(self, max_tokens: int, seed: int = 0, gate_adam: bool = False) -> List[str]:
         t = self.c.train
@@ -106,10 +116,11 @@ class NmtSteps:
         steps = [
             Step("data", "data", _asdict(c.data), call=self.run_data),
             Step(f"baseline{s}", f"models/baseline{s}",
-                 {"model": _asdict(c.model), "train": train_settings(c.train), "fp16": c.train.fp16},
-                 inputs=("data",), command=self.train_baseline, resumable=True),
+                 {"model": model_settings(c.model), "train": train_settings(c.train), "fp16": c.train.fp16,
+                  **precision_settings(c.autocast)},
+                 inputs=("data",), argv=self.train_baseline, resumable=True),
             self.bleu_step(f"baseline{s}", "baseline", None),
-            Step(f"stats{s}", f"stats/baseline{s}", _asdict(c.stats),
+            Step(f"stats{s}", f"stats/baseline{s}", {**_asdict(c.stats), **precision_settings(c.autocast)},
                  inputs=("data", f"baseline{s}"), call=self.run_stats),
         ]
         syntax_data = "data"
@@ -118,11 +129,15 @@ class NmtSteps:
             steps.append(Step("syntax_data", "syntax_data", syntax_data_settings(c.syntax), inputs=("data",),
                               call=self.run_syntax_data))
         steps.append(Step(f"syntax_stats{s}", f"stats/syntax{s}",
-                          {"replicates": c.stats.bootstrap_replicates, "max_tokens": c.stats.max_tokens},
+                          {"replicates": c.stats.bootstrap_replicates, "max_tokens": c.stats.max_tokens,
+                           **precision_settings(c.autocast)},
                           inputs=(syntax_data, f"baseline{s}"), call=self.run_syntax_stats))
         if c.syntax.compare:
-            steps.append(Step(f"parsed_set_stats{s}", f"stats/parsed_set{s}", settings_except(c.stats, "subset"),
+            steps.append(Step(f"parsed_set_stats{s}", f"stats/parsed_set{s}",
+                              {**settings_except(c.stats, "subset"), **precision_settings(c.autocast)},
                               inputs=(syntax_data, f"baseline{s}"), call=self.run_parsed_set_stats))
+        if c.formation.enabled:
+            steps.append(formation_step(self, syntax_data))
         lambdas = [("enc", lam) for lam in c.l0.encoder_lambdas]
         lambdas += [("all", lam) for lam in c.l0.all_lambdas]
         if c.l0.control:
@@ -134,14 +149,17 @@ class NmtSteps:
             for side, lam in lambdas:
                 name = f"{side}_l0_{lambda_name(lam)}{s}"
                 steps.append(Step(name, f"models/{name}", {"l0": l0_settings(c.l0), "side": side, "lambda": lam,
-                                                           "size": _asdict(c.model), "train": train_settings(c.train)},
-                                  inputs=("data", f"baseline{s}"), command=self.l0_command(side, lam),
+                                                           "size": model_settings(c.model),
+                                                           "train": train_settings(c.train),
+                                                           **precision_settings(c.autocast)},
+                                  inputs=("data", f"baseline{s}"), argv=self.l0_argv(side, lam),
                                   resumable=True))
                 steps.append(self.bleu_step(name, "encoder_l0" if side == "enc" else "all_l0", lam,
                                             inputs=(f"baseline{s}",)))
         for metric in c.curve.metrics:
             steps.append(Step(f"curve_{metric}{s}", f"curves/{metric}{s}", {"curve": settings_except(c.curve, "metrics"),
-                                                                           "generate": _asdict(c.generate)},
+                                                                           "generate": _asdict(c.generate),
+                                                                           **precision_settings(c.autocast)},
                               inputs=("data", f"baseline{s}", f"stats{s}"), call=self.curve_call(metric)))
         steps.append(Step("report", None, {}, inputs=tuple(step.name for step in steps), call=self.run_report))
         return steps
@@ -157,7 +175,7 @@ class NmtSteps:
             inputs = [f"--{split}" for split in ("train", "valid", "test")]
             inputs = [item for split, stem in zip(inputs, c.prefix)
                       for item in (split, f"{folder}/{stem}.{c.src}.gz,{folder}/{stem}.{c.tgt}.gz")]
-        run_fairseq_heads("prepare", "add_arguments", "run", [
+        run_fairseq_heads(prepare_command, [
             "--work-dir", work, "--src", c.src, "--tgt", c.tgt, *inputs, "--max-len", c.max_len,
             "--vocab-size", c.vocab_size, "--workers", max(1, min(16, os.cpu_count() or 1))])
         shutil.copytree(os.path.join(work, "bin"), os.path.join(context.out, "bin"))
@@ -173,13 +191,14 @@ class NmtSteps:
             options += ["--stop-time-hours", t.minutes / 60]
         if t.validate_updates:  # "N validations" then means N x validate_updates updates
             options += ["--validate-interval-updates", t.validate_updates, "--save-interval-updates",
-                        t.validate_updates, "--keep-interval-updates", 1, "--validate-interval", 1_000_000]
+                        t.validate_updates, "--keep-interval-updates", t.keep_checkpoints,
+                        "--validate-interval", 1_000_000]
         if t.patience:
             options += ["--patience", t.patience]
         return train_argv(self.data_bin(context), options)
 
-    def l0_command(self, side: str, lam: float):
-        def command(context: StepContext) -> List[str]:
+    def l0_argv(self, side: str, lam: float):
+        def argv(context: StepContext) -> List[str]:
             l0, s = self.c.l0, self.suffix
             types, extra = ("enc-self", ["--freeze-decoder"]) if side == "enc" else (ALL_TYPES, [])
             options = self.common() + self.size() + self.training(self.c.train.max_tokens, gate_adam=True) + [
@@ -191,16 +210,20 @@ class NmtSteps:
                 "--gate-trace", os.path.join(context.out, "gate_trace.jsonl"),
                 "--gate-trace-interval", l0.trace_interval]
             return train_argv(self.data_bin(context), options)
-        return command
+        return argv
 
     def bleu_step(self, model: str, kind: str, lam, checkpoint: str = "checkpoint_last.pt",
-                  inputs: Tuple[str, ...] = (), head_mask: str = "", result_options=()) -> Step:
+                  inputs: Tuple[str, ...] = (), head_mask: str = "", result_options=(), record=()) -> Step:
         """BLEU of models/MODEL/CHECKPOINT on generate.subset (fairseq-generate in this process,
         with HEAD_MASK if the model trained with one) and its result file (`fairseq-heads
         result` with RESULT_OPTIONS, where {results} is the results folder), beside the training
-        log's summary (tokens/s)."""
+        log's summary (tokens/s). The result file records the baseline's seed and RECORD, options
+        that only write down settings the model's own key holds already (report/layout.py, "a
+        model's settings"): they are not in this step's key, so a field recorded later re-scores
+        nothing."""
         settings = {"generate": _asdict(self.c.generate), "kind": kind, "lambda": lam,
-                    "checkpoint": checkpoint, "result": [str(o) for o in result_options]}
+                    "checkpoint": checkpoint, "result": [str(o) for o in result_options],
+                    **precision_settings(self.c.autocast)}
         if model.startswith("baseline"):
             checkpoint = BASELINE_CHECKPOINT
         inputs = ("data", model) + tuple(i for i in inputs if i not in ("data", model))
@@ -220,7 +243,8 @@ class NmtSteps:
                 options += [str(o).format(results=context.results) for o in result_options]
             else:  # the baseline, or a quick-protocol fine-tune of it
                 options += ["--seed", self.c.train.seed] + (["--protocol", "quick"] if lam is not None else [])
-            run_fairseq_heads("result", "add_result_arguments", "run_result", [
+            options += ["--baseline-seed", self.c.train.seed, *record]
+            run_fairseq_heads(result_command, [
                 out, "--path", path, *options, *mask, "--out", os.path.join(context.out, "result.json")])
             summary = training_summary(os.path.join(context.results, "logs", f"{model}.log"))
             with open(os.path.join(context.out, "training.json"), "w", encoding="utf-8") as f:
@@ -233,7 +257,7 @@ class NmtSteps:
                 "--gen-subset", subset, "--metrics", metrics, "--out-dir", context.out,
                 "-s", c.data.src, "-t", c.data.tgt, "--max-tokens", c.stats.max_tokens,
                 "--bootstrap-replicates", c.stats.bootstrap_replicates, "--log-format", "none"]
-        return argv + (["--cpu"] if c.cpu else [])
+        return argv + (["--cpu"] if c.cpu else []) + self.precision()
 
     def run_stats(self, context: StepContext) -> None:
         self.run_recipe_metrics(context, self.data_bin(context), self.c.stats.subset)
@@ -249,7 +273,7 @@ class NmtSteps:
         argv += ["--grad-normalise", st.grad_normalise]
         if st.rare_outside_top:
             argv += ["--rare-outside-top", st.rare_outside_top]
-        run_fairseq_heads("stats", "add_stats_arguments", "run_stats", argv)
+        run_fairseq_heads(stats_command, argv)
 
     def run_syntax_data(self, context: StepContext) -> None:
         from ..data.extra_subset import binarize_subsets
@@ -270,7 +294,7 @@ class NmtSteps:
 
     def run_syntax_stats(self, context: StepContext) -> None:
         data_bin, conllu = self.parsed_set(context)
-        run_fairseq_heads("stats", "add_stats_arguments", "run_stats",
+        run_fairseq_heads(stats_command,
                           self.stats_argv(context, data_bin, "test", "syntactic") + ["--conllu", conllu])
 
     def curve_call(self, metric: str):
@@ -282,8 +306,8 @@ class NmtSteps:
                     "--steps", ",".join(str(n) for n in c.curve.steps), "--types", c.curve.types,
                     "--gen-subset", g.subset, "--beam", g.beam, "--batch-size", g.batch_size,
                     "-s", c.data.src, "-t", c.data.tgt, "--out", os.path.join(context.out, "curve.csv")]
-            run_fairseq_heads("curve", "add_arguments", "run", argv + (["--cpu"] if c.cpu else []))
+            run_fairseq_heads(curve_command, argv + (["--cpu"] if c.cpu else []) + self.precision())
         return call
 
     def run_report(self, context: StepContext) -> None:
-        run_fairseq_heads("report", "add_report_arguments", "run_report", [context.results])
+        run_fairseq_heads(report_command, [context.results])

@@ -45,6 +45,10 @@ class Model:
     dim: int = 32
     heads: int = 4
     ffn: int = 64
+    # pre-norm layers (fairseq's --encoder/--decoder-normalize-before: layer norm before each
+    # sublayer, one after the stack), as the paper's own code trained its baseline (docs/results/
+    # gpu_baseline_rehearsal); False: fairseq's `transformer`, post-norm
+    normalize_before: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,9 @@ class Train:
     # europarl_en_it_base_gpu_a1)
     seq_len_multiple: int = 1
     num_workers: int = 0        # fairseq's data-loading processes; not part of any step's key
+    # interval checkpoints (every validate_updates) the baseline keeps: 1 the last, -1 all (the
+    # formation curve reads them); not part of any step's key
+    keep_checkpoints: int = 1
 
 
 @dataclass(frozen=True)
@@ -96,15 +103,32 @@ class Stats:
 
 
 @dataclass(frozen=True)
+class Formation:
+    """The formation curve (pipeline/formation.py): the head functions at each interval checkpoint
+    the baseline kept (train.keep_checkpoints=-1, train.validate_updates apart)."""
+    enabled: bool = False
+    every: int = 1              # every N-th kept checkpoint
+    bleu_sentences: int = 500   # BLEU on the first N sentences of the statistics subset ...
+    bleu_beam: int = 1          # ... greedy: a point costs a few minutes on a CPU
+    replicates: int = 50
+
+
+@dataclass(frozen=True)
 class Curve:
     metrics: Tuple[str, ...] = ("grad", "confidence")
     steps: Tuple[int, ...] = (0, 2, 4, 6)
     types: str = "enc-self"
 
 
+def model_settings(model: Model) -> dict:
+    """What a model's training depends on; normalize_before only where set, so that adding the
+    field (post-norm, as before it) re-ran no step."""
+    return settings_except(model, *(() if model.normalize_before else ("normalize_before",)))
+
+
 def train_settings(train: Train) -> dict:
     """What a training depends on: not how many processes load its batches."""
-    return settings_except(train, "num_workers")
+    return settings_except(train, "num_workers", "keep_checkpoints")
 
 
 def l0_settings(l0: L0) -> dict:

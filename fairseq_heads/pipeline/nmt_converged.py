@@ -1,5 +1,6 @@
 """The converged protocol's steps for the translation recipe (recipes/README.md, "protocols"):
-per L0 model `<enc|all>_l0_<λ>_conv_s<seed>` (the names the report parses, report/layout.py)
+per L0 model `<enc|all>_l0_<λ>_conv_s<seed>` (unique names; the report reads each model's
+settings from its result file, and an unfinished L0 phase's from its settings file)
 
     <model>_l0        L0 fine-tune of the baseline until the plateau rule holds
                       (convergence.py: `plateau_validations` validations `validate_updates` apart
@@ -22,6 +23,7 @@ trained from scratch, the reference of "trained vs scratch" (report/tables.py). 
 baseline was itself trained to patience on the same schedule, that model of the baseline's own
 seed *is* the baseline (`baseline_is_full_scratch`): it is reused, not trained again.
 """
+import json
 import os
 from dataclasses import asdict, dataclass
 from typing import List, Tuple
@@ -29,8 +31,10 @@ from typing import List, Tuple
 import torch
 
 from ..files import write_text_atomic
+from ..report.layout import PHASE_SETTINGS
 from .fairseq_steps import train_argv
-from .nmt_config import ALL_TYPES, BASELINE_CHECKPOINT, l0_settings, lambda_name, train_settings
+from .config import precision_settings
+from .nmt_config import ALL_TYPES, BASELINE_CHECKPOINT, l0_settings, lambda_name, model_settings, train_settings
 from .converged_phases import (ConvergedProtocol, baseline_is_full_scratch, fixed_mask_phase_options,
                                l0_phase_options, phase_settings, phase_steps, result_record, reuse_baseline,
                                validations)
@@ -68,8 +72,8 @@ def converged_steps(nmt, side: str, lam: float, seed: int) -> Tuple[List[Step], 
     kind, types, extra = (("encoder_l0", "enc-self", ["--freeze-decoder"]) if side == "enc"
                           else ("all_l0", ALL_TYPES, []))
     mask = f"masks/{name}/head_mask.json"
-    settings = {"model": asdict(c.model), "train": train_settings(c.train), "l0": l0_settings(c.l0),
-                "side": side, "lambda": lam, "seed": seed}
+    settings = {"model": model_settings(c.model), "train": train_settings(c.train), "l0": l0_settings(c.l0),
+                "side": side, "lambda": lam, "seed": seed, **precision_settings(c.autocast)}
 
     def gated(context: StepContext) -> List[object]:
         l0 = c.l0
@@ -80,6 +84,11 @@ def converged_steps(nmt, side: str, lam: float, seed: int) -> Tuple[List[Step], 
             "--validation-trace", os.path.join(context.out, "validations.jsonl")]
 
     def l0_phase(context: StepContext) -> List[str]:
+        # what the report reads of this phase while its model has no result file yet (the
+        # heads-dying figure): its settings, not its name (report/layout.py, PHASE_SETTINGS)
+        phase = {"name": name, "kind": kind, "l0_lambda": lam, "protocol": "converged", "seed": seed,
+                 "baseline_seed": c.train.seed, "gate_lr_scale": float(c.l0.gate_lr_scale), "phase": "l0"}
+        write_text_atomic(os.path.join(context.out, PHASE_SETTINGS), json.dumps(phase, indent=1) + "\n")
         return train_argv(nmt.data_bin(context), gated(context) + [
             "--finetune-from-model", context.path(f"models/baseline{s}/{BASELINE_CHECKPOINT}"),
             "--criterion", "label_smoothed_cross_entropy_l0", *l0_phase_options(v, context, lam, c.l0.trace_interval)])
@@ -116,22 +125,23 @@ def speed_step(nmt, name: str, mask: str) -> Step:
     g = nmt.c.generate
 
     def call(context: StepContext) -> None:
-        import json
-
         from ..gating.head_masks import load_head_mask
+        from ..precision import autocast
         from ..pruning.decode_speed import compare_pruned
 
         # an encoder model's mask lists every type, the others whole: prune the encoder's heads
         # (the types its checkpoint gates)
         encoder = {"enc-self": load_head_mask(context.path(mask))["enc-self"]}
-        report = compare_pruned(context.path(f"models/{name}/checkpoint_best.pt"), nmt.data_bin(context),
-                                nmt.c.data.src, nmt.c.data.tgt, {name: encoder},
-                                g.subset, 1_000_000, g.beam, g.batch_size, SPEED_ROUNDS, nmt.c.cpu, context.out)
+        with autocast(nmt.c.autocast, "cpu" if nmt.c.cpu else "cuda"):  # timed as the recipe decodes
+            report = compare_pruned(context.path(f"models/{name}/checkpoint_best.pt"), nmt.data_bin(context),
+                                    nmt.c.data.src, nmt.c.data.tgt, {name: encoder},
+                                    g.subset, 1_000_000, g.beam, g.batch_size, SPEED_ROUNDS, nmt.c.cpu, context.out)
         for path in os.listdir(context.out):  # the pruned checkpoint was only the measured model
             if path.endswith(".pt"):
                 os.remove(os.path.join(context.out, path))
         write_text_atomic(os.path.join(context.out, "decode_speed.json"), json.dumps(report, indent=1) + "\n")
-    return Step(f"speed_{name}", f"speed/{name}", {"generate": asdict(g), "rounds": SPEED_ROUNDS},
+    return Step(f"speed_{name}", f"speed/{name}", {"generate": asdict(g), "rounds": SPEED_ROUNDS,
+                                                   **precision_settings(nmt.c.autocast)},
                 inputs=("data", name, f"mask_{name}"), call=call, alone=True)  # a timing: no training beside it
 
 
@@ -158,17 +168,19 @@ def heuristic_steps(nmt, l0_name: str, metric: str, seed: int, gated) -> List[St
             "--head-mask", context.path(mask), "--criterion", "label_smoothed_cross_entropy",
             "--max-update", v.fixed_mask_max_updates, "--patience", v.patience])
 
-    settings = {"model": asdict(c.model), "train": train_settings(c.train), "l0": l0_settings(c.l0),
-                "converged": phase_settings(v, "fixed_mask"), "seed": seed, "metric": metric}
+    settings = {"model": model_settings(c.model), "train": train_settings(c.train), "l0": l0_settings(c.l0),
+                "converged": phase_settings(v, "fixed_mask"), "seed": seed, "metric": metric,
+                **precision_settings(c.autocast)}
     return [
         Step(f"mask_{name}", f"masks/{name}", {"metric": metric},
              inputs=(f"mask_{l0_name}", f"stats{s}"), call=write_mask),
         Step(name, f"models/{name}", settings, inputs=("data", f"baseline{s}", f"mask_{name}"),
-             command=fixed_mask_phase, resumable=True),
+             argv=fixed_mask_phase, resumable=True),
         nmt.bleu_step(name, "heuristic", None, checkpoint="checkpoint_best.pt", inputs=(f"mask_{name}",),
                       head_mask=mask, result_options=[
                           "--protocol", "converged", "--seed", seed, "--from-model", l0_name,
-                          "--phase", f"fixed_mask={{results}}/models/{name}/validations.jsonl"]),
+                          "--phase", f"fixed_mask={{results}}/models/{name}/validations.jsonl"],
+                      record=["--metric", metric]),
     ]
 
 
@@ -187,14 +199,14 @@ def scratch_steps(nmt, name: str, lam: float, seed: int, mask: str) -> List[Step
             "--max-update", v.scratch_max_updates, "--patience", v.patience, *validations(v),
             "--validation-trace", os.path.join(context.out, "validations.jsonl")])
 
-    settings = {"model": asdict(c.model), "train": train_settings(t), "converged": phase_settings(v, "scratch"),
-                "seed": seed}
+    settings = {"model": model_settings(c.model), "train": train_settings(t), "converged": phase_settings(v, "scratch"),
+                "seed": seed, **precision_settings(c.autocast)}
     if baseline_is_full_scratch(c, lam, seed):
         training = Step(scratch, f"models/{scratch}", {**settings, "reuses": f"baseline{s}"},
                         inputs=("data", f"baseline{s}", f"mask_{name}"),
                         call=reuse_baseline(f"models/baseline{s}/{BASELINE_CHECKPOINT}", f"logs/baseline{s}.log"))
     else:
-        training = Step(scratch, f"models/{scratch}", settings, inputs=("data", f"mask_{name}"), command=train,
+        training = Step(scratch, f"models/{scratch}", settings, inputs=("data", f"mask_{name}"), argv=train,
                         resumable=True)
     return [
         training,

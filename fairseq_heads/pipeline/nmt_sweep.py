@@ -11,12 +11,13 @@ A `SweepRecipe` with no scratch λs and no extra train files has exactly NmtStep
 """
 import os
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import List, Tuple
 
+from ..commands import mask as mask_command, prepare as prepare_command
 from .fairseq_steps import run_fairseq_heads
 from .nmt import NmtRecipe, NmtSteps
-from .nmt_config import Data, lambda_name, train_settings
+from .nmt_config import Data, lambda_name, model_settings, train_settings
 from .runner import Step, StepContext
 
 
@@ -51,7 +52,7 @@ class SweepSteps(NmtSteps):
         scratch = f"scratch_{name}"
 
         def write_mask(context: StepContext) -> None:
-            run_fairseq_heads("mask", "add_mask_arguments", "run_mask", [
+            run_fairseq_heads(mask_command, [
                 "--path", context.path(f"models/{name}/checkpoint_last.pt"),
                 "--out", os.path.join(context.out, "head_mask.json")])
 
@@ -60,8 +61,9 @@ class SweepSteps(NmtSteps):
 
         return [
             Step(f"mask_{name}", f"masks/{name}", {}, inputs=(name,), call=write_mask),
-            Step(scratch, f"models/{scratch}", {"model": asdict(self.c.model), "train": train_settings(self.c.train)},
-                 inputs=("data", f"mask_{name}"), command=train, resumable=True),
+            Step(scratch, f"models/{scratch}", {"model": model_settings(self.c.model),
+                                                "train": train_settings(self.c.train)},
+                 inputs=("data", f"mask_{name}"), argv=train, resumable=True),
             self.bleu_step(scratch, "from_scratch", lam, checkpoint="checkpoint_best.pt", inputs=(f"mask_{name}",),
                            head_mask=mask, result_options=["--protocol", "quick", "--seed", self.c.train.seed,
                                                            "--from-model", name]),
@@ -80,7 +82,7 @@ class SweepSteps(NmtSteps):
         inputs = [item for stem in (d.prefix[0],) + tuple(extra) for item in ("--train", pair(stem))]
         inputs += ["--valid", pair(d.prefix[1]), "--test", pair(d.prefix[2])]
         work = context.path("prepare")
-        run_fairseq_heads("prepare", "add_arguments", "run", [
+        run_fairseq_heads(prepare_command, [
             "--work-dir", work, "--src", d.src, "--tgt", d.tgt, *inputs, "--max-len", d.max_len,
             "--vocab-size", d.vocab_size, "--workers", max(1, min(16, os.cpu_count() or 1))])
         shutil.copytree(os.path.join(work, "bin"), os.path.join(context.out, "bin"))

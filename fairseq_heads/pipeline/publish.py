@@ -1,5 +1,5 @@
-"""A results folder's committed subset (pack.py's) written into a docs folder, for
-`fairseq-heads publish RESULTS DOCS [--merge]`.
+"""A results folder's committed subset (pack.py's) written into a docs folder: the library of
+`fairseq-heads publish RESULTS DOCS [--merge]` (commands/publish.py).
 
 Without --merge, DOCS is replaced by the subset (the results must have their report). With
 --merge, DOCS keeps what it holds (its README, earlier sessions' results) and the session's
@@ -27,11 +27,11 @@ RUNNING_TRACES = ("models/*_l0.partial/gate_trace.jsonl", "models/*_l0.partial/v
 
 def run_name(results: str) -> str:
     """runs/<this>/ for the run's own files: from its recipe.json, "" without one."""
-    from .command import packed_run_name
+    from .recipe_json import RECIPE_JSON, packed_run_name
     from .recipes import RECIPES
 
     try:
-        with open(os.path.join(results, "recipe.json"), encoding="utf-8") as f:
+        with open(os.path.join(results, RECIPE_JSON), encoding="utf-8") as f:
             recipe = json.load(f)
         config = RECIPES[recipe["recipe"]][recipe["scale"]]
     except (OSError, ValueError, KeyError):
@@ -71,17 +71,3 @@ def publish(results: str, docs: str, merge: bool = False) -> None:
         shutil.rmtree(finished + ".partial", ignore_errors=True)
     shutil.rmtree(docs, ignore_errors=True)
     os.replace(partial, docs)
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("results", metavar="RESULTS", help="a recipe's results folder")
-    parser.add_argument("docs", metavar="DOCS", help="the published folder, e.g. docs/results/NAME")
-    parser.add_argument("--merge", action="store_true",
-                        help="keep what DOCS holds and add (or replace) the results' files; no report files")
-
-
-def run(args) -> int:
-    publish(args.results, args.docs, merge=args.merge)
-    print(f"published {args.results} into {args.docs}"
-          + (" (merged: render its report with `fairseq-heads report DOCS`)" if args.merge else ""))
-    return 0

@@ -8,17 +8,23 @@ then is its marker `RESULTS/.steps/NAME.json` ({"key", "seconds", "finished"}) w
 that fails or is killed never looks done. A resumable step (training) keeps `OUT.partial/`
 with its key when it fails, and the next run with the same key goes on from there.
 
-Two kinds of step: a `command` step runs a subprocess (training: its own process, its own CUDA
-context, its log in `RESULTS/logs/NAME.log`), a `call` step runs a Python function in this
-process (BLEU, statistics, curves, report: no process start, no model re-import). Up to `jobs`
-command steps run side by side while this process runs the call steps one at a time, so a GPU
+Two kinds of step: an `argv` step runs a subprocess, the command line its `argv` function
+returns (training: its own process, its own CUDA context, its log in `RESULTS/logs/NAME.log`), a
+`call` step runs a Python function in this process (BLEU, statistics, curves, report: no process
+start, no model re-import). Up to `jobs` subprocess steps run side by side while this process runs the call steps one at a time, so a GPU
 can train the L0 sweep's models while the baseline is scored.
+
+Code is in no key: a step whose code changed (a metric's, say) re-runs only when asked,
+`rerun` (`fairseq-heads recipe --rerun GLOB,...`), with the steps that read it
+(docs/architecture.md says why). One runner writes a results folder at a time: it holds
+RESULTS/.lock while it runs (folder_lock.py).
 
 After every step the runner calls `on_step_done(runner)` (e.g. packing the results as they
 are, so a run killed at its time limit leaves what it finished) and rewrites `RESULTS/steps.json`:
 each step's state, key and seconds.
 """
 import contextlib
+import fnmatch
 import hashlib
 import json
 import logging
@@ -32,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..files import write_text_atomic
+from .folder_lock import folder_lock
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +58,7 @@ class Step:
     settings  JSON-able: everything the output depends on besides the steps in `inputs`
     inputs    names of earlier steps whose outputs it reads (their keys go into its key)
     call      a function (StepContext) -> None, run in this process; or
-    command   a function (StepContext) -> argv, run as a subprocess
+    argv      a function (StepContext) -> a command line (list of str), run as a subprocess
     resumable keep OUT.partial when the step fails, and resume from it under the same key
     alone     a timing (call steps only): it starts when no other step runs or is ready to, and
               none starts beside it, as the loop waits for a call
@@ -61,13 +68,13 @@ class Step:
     settings: Mapping = field(default_factory=dict)
     inputs: Tuple[str, ...] = ()
     call: Optional[Callable[["StepContext"], None]] = None
-    command: Optional[Callable[["StepContext"], List[str]]] = None
+    argv: Optional[Callable[["StepContext"], List[str]]] = None
     resumable: bool = False
     alone: bool = False
 
     def __post_init__(self):
-        if (self.call is None) == (self.command is None):
-            raise ValueError(f"step {self.name}: give exactly one of call and command")
+        if (self.call is None) == (self.argv is None):
+            raise ValueError(f"step {self.name}: give exactly one of call and argv")
         if self.alone and self.call is None:
             raise ValueError(f"step {self.name}: only a call step runs alone (it blocks the loop while it runs)")
 
@@ -84,10 +91,6 @@ class StepContext:
     def path(self, relative: str) -> str:
         """A path in the results folder (another step's output, say)."""
         return os.path.join(self.results, relative)
-
-
-class StepFailed(Exception):
-    pass
 
 
 def _read(path: str) -> Optional[str]:
@@ -121,26 +124,42 @@ def compute_keys(steps: Sequence[Step]) -> Dict[str, str]:
 
 class Runner:
     """Runs `steps` in `results`: skips the done ones, resumes the resumable ones, runs the
-    rest, `jobs` command steps at a time. A failed step fails the steps that read it (and
+    rest, `jobs` subprocess steps at a time. A failed step fails the steps that read it (and
     theirs); the others still run. `run()` returns the names of the failed steps."""
 
     def __init__(self, steps: Sequence[Step], results: str, jobs: int = 1,
                  on_step_done: Optional[Callable[["Runner"], None]] = None,
                  env: Optional[Mapping[str, str]] = None, only: Optional[Sequence[str]] = None,
-                 launch: Optional[Callable] = None):
+                 launch: Optional[Callable] = None, rerun: Sequence[str] = ()):
         self.steps = list(steps)
         self.results = os.path.abspath(results)
         self.jobs = max(1, jobs)
         self.on_step_done = on_step_done
         self.env = dict(env) if env is not None else None
-        # how a command step starts: subprocess.Popen, or another executor's Popen look-alike (slurm.py)
+        # how a subprocess step starts: subprocess.Popen, or another executor's Popen look-alike (slurm.py)
         self.launch = launch or subprocess.Popen
         self.keys = compute_keys(self.steps)
         self.by_name = {step.name: step for step in self.steps}
         self.wanted = self._upstream_closure(only) if only else set(self.by_name)
+        # --rerun: steps run again although their key is unchanged (their code changed), and the
+        # steps downstream of them; each leaves the set once it has run
+        self.forced = self.downstream_closure(rerun)
         self.state: Dict[str, dict] = {}
 
     # ------------------------------------------------------------------ state on disk
+    def downstream_closure(self, patterns: Sequence[str]) -> set:
+        """The steps whose names match a glob of PATTERNS, and every step reading one of them."""
+        forced = set()
+        for pattern in patterns:
+            matched = {step.name for step in self.steps if fnmatch.fnmatchcase(step.name, pattern)}
+            if not matched:
+                raise ValueError(f"{pattern!r} matches no step (steps: {', '.join(self.by_name)})")
+            forced |= matched
+        for step in self.steps:  # declared after their inputs: one pass reaches every reader
+            if any(name in forced for name in step.inputs):
+                forced.add(step.name)
+        return forced
+
     def _upstream_closure(self, names: Sequence[str]) -> set:
         unknown = [n for n in names if n not in self.by_name]
         if unknown:
@@ -167,6 +186,8 @@ class Runner:
             return None
 
     def is_done(self, step: Step) -> bool:
+        if step.name in self.forced:
+            return False
         marker = self.read_marker(step.name)
         out = self.out_path(step)
         return (marker is not None and marker.get("key") == self.keys[step.name]
@@ -211,7 +232,8 @@ class Runner:
     def _prepare(self, step: Step) -> StepContext:
         marker = self.marker_path(step.name)
         if os.path.exists(marker):
-            print(f"redo {step.name} (its settings or inputs changed)", flush=True)
+            why = "--rerun" if step.name in self.forced else "its settings or inputs changed"
+            print(f"redo {step.name} ({why})", flush=True)
             os.remove(marker)
         out = self.out_path(step)
         partial = None if out is None else out + ".partial"
@@ -220,7 +242,7 @@ class Runner:
             if os.path.isdir(out):
                 shutil.rmtree(out)
             key_file = os.path.join(partial, STEP_KEY_FILE)
-            if step.resumable and _read(key_file) == self.keys[step.name]:
+            if step.resumable and _read(key_file) == self.keys[step.name] and step.name not in self.forced:
                 resumed = True
             else:
                 shutil.rmtree(partial, ignore_errors=True)
@@ -245,6 +267,7 @@ class Runner:
                   "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         os.makedirs(os.path.dirname(self.marker_path(step.name)), exist_ok=True)
         write_text_atomic(self.marker_path(step.name), json.dumps(marker) + "\n")
+        self.forced.discard(step.name)
         self._finished(step, "ran", seconds)
 
     def _fail(self, context: StepContext, seconds: float, why: str) -> None:
@@ -288,8 +311,8 @@ class Runner:
             handler.close()
         self._succeed(context, time.time() - start)
 
-    def _start_command(self, context: StepContext):
-        argv = context.step.command(context)
+    def _start_process(self, context: StepContext):
+        argv = context.step.argv(context)
         log = open(context.log_path, "a", encoding="utf-8")
         log.write("$ " + " ".join(argv) + "\n")
         log.flush()
@@ -299,7 +322,10 @@ class Runner:
 
     # ------------------------------------------------------------------ all steps
     def run(self) -> List[str]:
-        os.makedirs(self.results, exist_ok=True)
+        with folder_lock(self.results):  # one writer per results folder
+            return self._run()
+
+    def _run(self) -> List[str]:
         pending = [s for s in self.steps if s.name in self.wanted]
         done, failed = set(), []
         running: Dict[str, tuple] = {}  # name -> (context, process, log, start)
@@ -344,13 +370,13 @@ class Runner:
             busy = bool(running) or any(not s.alone for s in ready)
             ready = [s for s in ready if not (s.alone and busy)]
             launched = False
-            # list order is priority: a command listed after a ready call step waits for it, since
-            # the call may make a command listed before that one ready (a mask, then its model)
+            # list order is priority: a subprocess step listed after a ready call step waits for it,
+            # since the call may make one listed before that one ready (a mask, then its model)
             first_call = next((k for k, s in enumerate(ready) if s.call is not None), len(ready))
             for step in ready[:first_call]:
-                if step.command is not None and len(running) < self.jobs:
+                if step.argv is not None and len(running) < self.jobs:
                     context = self._prepare(step)
-                    running[step.name] = (context, *self._start_command(context))
+                    running[step.name] = (context, *self._start_process(context))
                     pending.remove(step)
                     launched = True
             calls = [s for s in ready if s.call is not None]

@@ -1,11 +1,11 @@
-"""`fairseq-heads recipe ... --executor slurm`: the recipe's command steps (trainings) go to a
+"""`fairseq-heads recipe ... --executor slurm`: the recipe's subprocess steps (trainings) go to a
 SLURM cluster as jobs through submitit (fairseq's own sweep tooling submits through it too), one
 job per step; this process keeps running the call steps (BLEU, statistics, curves, report) and
 polls the jobs, so `--jobs N` is how many trainings are queued at once. The job's folder
 (`RESULTS/slurm/`) holds submitit's logs; a step's own log gets the job's output when it ends.
 
 A job is handed to the runner as something that looks like the `subprocess.Popen` it starts for
-a local command step (`poll`, `returncode`, `terminate`, `wait`), so nothing else changes: keys,
+a local subprocess step (`poll`, `returncode`, `terminate`, `wait`), so nothing else changes: keys,
 resuming, failures and `--pack` are the runner's.
 """
 import os
@@ -16,7 +16,7 @@ from ..errors import CommandError
 
 
 class SubmititJob:
-    """A submitted command step, as the runner polls a local process."""
+    """A submitted subprocess step, as the runner polls a local process."""
 
     def __init__(self, job, log):
         self.job = job

@@ -68,7 +68,7 @@ class ThroughputSteps:
         model = {"model": asdict(n.model), "train": asdict(n.train), "updates": b.updates}
         steps = [self.nmt.steps()[0]]  # data
         steps += [Step(run, f"bench/{run}", {**model, "variant": run.split("_")[1]}, inputs=("data",),
-                       command=self.train_command(run.split("_")[1])) for run in runs]
+                       argv=self.training_argv(run.split("_")[1])) for run in runs]
         first = "train_plain_1"
         steps += [
             Step("reference_time", "bench/reference_time", {"subset": n.stats.subset},
@@ -83,8 +83,8 @@ class ThroughputSteps:
     def checkpoint(self, context: StepContext) -> str:
         return context.path("bench/train_plain_1/checkpoint_last.pt")
 
-    def train_command(self, variant: str):
-        def command(context: StepContext) -> List[str]:
+    def training_argv(self, variant: str):
+        def argv(context: StepContext) -> List[str]:
             n, t = self.nmt, self.c.nmt.train
             options = n.common() + n.size() + n.training(t.max_tokens, gate_adam=variant != "plain") + [
                 "--lr", t.lr, "--lr-scheduler", "inverse_sqrt", "--warmup-updates", t.warmup,
@@ -98,7 +98,7 @@ class ThroughputSteps:
                             "--criterion", "label_smoothed_cross_entropy_l0", "--l0-lambda", 0.01,
                             "--optimizer", "gate_adam", "--gate-lr-scale", 1000]
             return train_argv(n.data_bin(context), options)
-        return command
+        return argv
 
     def reference_time(self, context: StepContext) -> None:
         n = self.c.nmt

@@ -29,7 +29,7 @@ from ..models.gate_options import gate_defaults
 from ..models.gated_transformer import GatedTransformerModel
 from ..models.gated_transformer_lm import GatedTransformerLanguageModel, lm_gate_defaults
 from ..models.gated_llama import GatedLlamaLanguageModel
-from .gqa import AttentionCost, attention_cost, format_costs
+from .gqa import AttentionCost, attention_cost, format_costs, model_context
 from .physical import (
     HeadLayout,
     HeadPruningError,
@@ -159,9 +159,7 @@ class PruneResult(NamedTuple):
     parameters_after: int
     attention_before: AttentionCost
     attention_after: AttentionCost  # predicted from the shapes and the mask (gqa.attention_cost)
-
-
-COST_CONTEXT = 1024  # keys per query at which the attention FLOPs are counted
+    context: int  # keys per query at which the attention FLOPs are counted: the model's maximum
 
 
 def prune_checkpoint(path: str, out: str, policy) -> PruneResult:
@@ -175,7 +173,8 @@ def prune_checkpoint(path: str, out: str, policy) -> PruneResult:
     heads_before = heads_per_layer(model)
     mask = policy.choose(model, path)  # before the gated conversion: it may depend on gates (or their absence)
     parameters_before = count_parameters(model)
-    costs = (attention_cost(model, context=COST_CONTEXT), attention_cost(model, mask, COST_CONTEXT))
+    context = model_context(model)
+    costs = (attention_cost(model, context=context), attention_cost(model, mask, context))
     model = as_gated_transformer(model, args)
     if policy.override_gates:
         fix_gates(model, mask)
@@ -183,7 +182,7 @@ def prune_checkpoint(path: str, out: str, policy) -> PruneResult:
     new_state = checkpoint_state_to_save(state, model, args)
     save_atomic(new_state, out)
     return PruneResult(heads_before, head_layout(model), parameters_before, count_parameters(model),
-                       *costs)
+                       *costs, context)
 
 
 def format_prune_result(result: PruneResult) -> str:
@@ -196,5 +195,5 @@ def format_prune_result(result: PruneResult) -> str:
             lines.append(f"  layer {layer}: {len(kept)}/{result.heads_before[attention_type][layer]} {kept}")
     ratio = result.parameters_after / result.parameters_before
     lines.append(f"parameters: {result.parameters_before:,} -> {result.parameters_after:,} ({ratio:.1%})")
-    lines.append(format_costs(result.attention_before, result.attention_after, COST_CONTEXT))
+    lines.append(format_costs(result.attention_before, result.attention_after, result.context))
     return "\n".join(lines)

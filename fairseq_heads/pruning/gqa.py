@@ -91,6 +91,18 @@ def _linear_parameters(linear: nn.Linear, rows_per_head: int, heads: int, by_row
     return heads * rows_per_head * linear.out_features
 
 
+DEFAULT_CONTEXT = 1024  # keys per query where a model states no maximum
+
+
+def model_context(model: nn.Module) -> int:
+    """The most keys a query of `model` attends to: its maximum positions (fairseq's
+    `max_positions()`; of an encoder-decoder, its longer side)."""
+    positions = model.max_positions() if hasattr(model, "max_positions") else None
+    values = [int(p) for p in (positions if isinstance(positions, (tuple, list)) else [positions])
+              if p is not None]
+    return max(values) if values else DEFAULT_CONTEXT
+
+
 def attention_cost(model: nn.Module, mask: Mapping = None, context: int = 1024,
                    bytes_per_value: int = 4) -> AttentionCost:
     """What the attention blocks cost, or would cost once the heads `mask` marks 0 are removed

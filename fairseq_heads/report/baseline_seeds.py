@@ -1,7 +1,7 @@
 """The spread over baselines trained with different seeds (pure functions, no I/O).
 
 A recipe run with `--set train.seed=N` trains its own baseline and fine-tunes it under the quick
-protocol; its models are named with `_sN` and their result files record `"seed": N`. Unpacked
+protocol; its models' result files record `"baseline_seed": N` (layout.baseline_seed). Unpacked
 into one folder, the runs of several seeds give each (kind, λ) one model per baseline. This
 table puts them side by side: what a reader who retrains the baseline would see vary, which the
 paired bootstrap over test sentences (one model pair at a time) cannot show.
@@ -9,14 +9,10 @@ paired bootstrap over test sentences (one model pair at a time) cannot show.
 import statistics
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .layout import ALL_L0, BASELINE, ENCODER_L0, QUICK, protocol_of
+from .layout import ALL_L0, BASELINE, ENCODER_L0, QUICK, baseline_seed, protocol_of
 from .tables import MissingInput, Table, format_lambda
 
 KINDS = (BASELINE, ENCODER_L0, ALL_L0)
-
-
-def seed_of(result: dict) -> int:
-    return result.get("seed") or 1
 
 
 def models_by_seed(results: Sequence[dict]) -> Dict[Tuple[str, Optional[float]], Dict[int, dict]]:
@@ -28,7 +24,7 @@ def models_by_seed(results: Sequence[dict]) -> Dict[Tuple[str, Optional[float]],
         if kind not in KINDS or (kind != BASELINE and protocol_of(result) != QUICK):
             continue
         lam = None if kind == BASELINE else result.get("l0_lambda")
-        grouped.setdefault((kind, lam), {})[seed_of(result)] = result
+        grouped.setdefault((kind, lam), {})[baseline_seed(result)] = result
     return grouped
 
 

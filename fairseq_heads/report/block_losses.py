@@ -3,18 +3,12 @@ written by `lm-result`): the units over which `significance.bootstrap_log_perple
 the test set, so that perplexity differences get paired intervals as BLEU differences do."""
 import json
 import os
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import numpy as np
 
 from ..files import write_text_atomic
-
-
-class BlockLosses(NamedTuple):
-    """A model's loss on each block of a subset, in sample-id order (pruning/curve.py)."""
-    subset: str
-    nll: np.ndarray      # summed NLL of each block, nats
-    tokens: np.ndarray   # its target tokens
+from ..pruning.lm_result import BlockLosses
 
 
 BLOCK_LOSSES = "block_losses.json"

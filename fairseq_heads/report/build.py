@@ -13,6 +13,7 @@ from typing import Callable, List, NamedTuple, Optional, Tuple
 from . import figures, layout, tables
 from .baseline_seeds import baseline_seed_table
 from .decode_speed_table import decode_speed_table
+from .formation import POINTS_FOLDER, formation_rows, formation_table, plot_formation
 from .michel import michel_comparison_table
 from .results_folder import Inputs, load_inputs, read_trace  # noqa: F401  (read_trace: the tests)
 from .seed_masks import seed_mask_table
@@ -191,12 +192,13 @@ def _trace_section(inputs: Inputs, draw: Callable, trace_lambda: Optional[float]
     # The slowest gates (smallest gate lr scale: heads die one by one there), then the largest
     # lambda (the most heads die); a file without a scale counts as the fastest.
     chosen = min(candidates, key=lambda r: (r.get("gate_lr_scale") or float("inf"), -r["l0_lambda"],
-                                            r.get("seed") or 1))
+                                            layout.seeds_of(r)))
     traces = {r["name"]: read_trace(inputs.traces[r["name"]]) for r in traced}
     series = tables.trace_series(tables.with_final_gates(traces[chosen["name"]], chosen))
     title = f"P(open) of every head over fine-tuning, {tables.trace_label(chosen, traces[chosen['name']])}"
     name = draw("gate_trace.png", figures.gate_trace_figure, series, title)
-    runs = [(tables.trace_label(r, traces[r["name"]]) + ("" if (r.get("seed") or 1) == 1 else f", seed {r['seed']}"),
+    runs = [(tables.trace_label(r, traces[r["name"]])
+             + ("" if layout.seeds_of(r) == (1, 1) else f", seed {layout.seed_label(r)}"),
              *tables.open_heads_series(traces[r["name"]])) for r in traced]
     dying = draw("open_heads.png", figures.open_heads_figure, runs)
     return Section("6. Heads dying over training", [(title, tables.trace_summary(series))],
@@ -215,6 +217,18 @@ def _survivors_section(inputs: Inputs, draw: Callable) -> Section:
                    [("Open heads by function at each λ", name)])
 
 
+def _formation_section(inputs: Inputs, draw: Callable) -> Optional[Section]:
+    """Only in a folder whose recipe keeps its baseline's checkpoints (the `formation` step)."""
+    points = os.path.join(inputs.results_dir, POINTS_FOLDER)
+    if not os.path.isdir(points) or not os.listdir(points):
+        return None
+    rows = formation_rows(points)
+    name = draw("formation.png", plot_formation, rows)
+    return Section("8. When the head functions formed", [("One row per kept checkpoint of the baseline",
+                                                           formation_table(rows))],
+                   [("Head functions over training (thresholds dashed)", name)])
+
+
 SECTION_TITLES = (
     "1. Encoder heads: BLEU against heads kept",
     "2. All attention types pruned",
@@ -223,6 +237,7 @@ SECTION_TITLES = (
     "5. Agreement between head-importance metrics",
     "6. Heads dying over training",
     "7. What the surviving heads do",
+    "8. When the head functions formed",
 )
 
 
@@ -234,11 +249,14 @@ def build_sections(inputs: Inputs, figure_dir: str, trace_lambda: Optional[float
         return name
 
     builders = [_encoder_section, _all_types_section, _first_losses_section, _functions_section,
-                _agreement_section, lambda i, d: _trace_section(i, d, trace_lambda), _survivors_section]
+                _agreement_section, lambda i, d: _trace_section(i, d, trace_lambda), _survivors_section,
+                _formation_section]
     sections = []
     for title, builder in zip(SECTION_TITLES, builders):
         try:
-            sections.append(builder(inputs, draw))
+            section = builder(inputs, draw)
+            if section is not None:
+                sections.append(section)
         except MissingInput as missing:
             sections.append(Section(title, [], [], skipped=str(missing)))
     return sections

@@ -5,7 +5,7 @@ checkpoint with the heads masked: the two translate alike) and the speed-up its 
 Pure functions over result dicts, translations and the speed files, no I/O."""
 from typing import Dict, List, Sequence, Tuple
 
-from .layout import ENCODER_L0
+from .layout import ENCODER_L0, seed_label, seeds_of
 from .seed_means import control_pairs
 from .table_basics import MissingInput, Table
 
@@ -30,7 +30,7 @@ def decode_speed_table(results: Sequence[dict], translations: Dict[str, Tuple[Li
         raise MissingInput("no decoding speed measured (speed/<model>/decode_speed.json)")
     by_name, controls = {r["name"]: r for r in results}, _controls(results)
     rows, settings = [], set()
-    for name in sorted(speeds, key=lambda n: ((by_name.get(n) or {}).get("seed") or 1, n)):
+    for name in sorted(speeds, key=lambda n: (seeds_of(by_name.get(n) or {}), n)):
         report, result = speeds[name], by_name.get(name)
         if result is None:
             raise MissingInput(f"speed/{name}: the model has no result file (results/{name}/result.json)")
@@ -43,7 +43,7 @@ def decode_speed_table(results: Sequence[dict], translations: Dict[str, Tuple[Li
             delta = [difference.delta, difference.ci_low, difference.ci_high]
         for measured in report["results"]:
             masked, pruned = (measured["tokens_per_s"][f"{side}_{measured['mask']}"] for side in ("masked", "pruned"))
-            rows.append([name, result.get("seed") or 1,
+            rows.append([name, seed_label(result),
                          f"{measured['heads_kept']['enc-self']}/{result['heads_total']['enc-self']}", result["bleu"],
                          *delta, masked, pruned, measured["speedup"], measured["predicted_speedup_flops"],
                          "yes" if measured["same_translations"] else "NO"])

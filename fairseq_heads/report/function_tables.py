@@ -14,7 +14,8 @@ from ..stats.agreement import fisher_z_interval, spearman
 from ..stats.metrics.syntactic import parse_syntactic_column
 from ..stats.table import number_or_nan
 from .layout import ALL_L0, ENCODER_L0
-from .table_basics import FUNCTIONS, NO_FUNCTION, MissingInput, Table, by_kind, head_functions, lambda_texts
+from .table_basics import (NO_FUNCTION, TRANSLATION_FUNCTIONS, MissingInput, Table, by_kind, head_functions,
+                           lambda_texts)
 
 
 # ------------------------------------------------------------------ (4) head functions
@@ -43,7 +44,7 @@ def head_function_table(heads: Sequence[Dict[str, str]]) -> Table:
 
 
 def function_counts(heads: Sequence[Dict[str, str]]) -> Dict[str, int]:
-    counts = {name: 0 for name in FUNCTIONS + (NO_FUNCTION,)}
+    counts = {name: 0 for name in TRANSLATION_FUNCTIONS + (NO_FUNCTION,)}
     for row in heads:
         functions = head_functions(row.get("labels", ""))
         for name in functions or [NO_FUNCTION]:
@@ -195,7 +196,7 @@ def survivor_counts(results: Sequence[dict], heads: Sequence[Dict[str, str]],
         raise MissingInput("no baseline head statistics (stats/baseline/heads.csv)")
     functions = {(row["type"], int(row["layer"]), int(row["head"])):
                  head_functions(row.get("labels", "")) or [NO_FUNCTION] for row in heads}
-    names = FUNCTIONS + (NO_FUNCTION,)
+    names = TRANSLATION_FUNCTIONS + (NO_FUNCTION,)
     pruned = [r for kind in kinds for r in by_kind(results, kind)]
     if not pruned:
         raise MissingInput("no L0 results (kinds encoder_l0, all_l0)")

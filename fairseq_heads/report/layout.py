@@ -7,7 +7,8 @@
                                   or gate_trace.jsonl.gz)
     models/<model>_l0/gate_trace.jsonl   the converged protocol's L0 phase of <model>: drawn
                                   while <model> has no result file yet (its fixed-mask phase or
-                                  BLEU still to come); <model> names its settings (below)
+                                  BLEU still to come), with its settings from
+                                  models/<model>_l0/settings.json (PHASE_SETTINGS, below)
     stats/baseline/heads.csv, agreement.json   `fairseq-heads stats` of the baseline
     stats/syntax/heads.csv        the baseline's syntactic heads on another, parsed set (PUD),
                                   when the statistics above ran on an unparsed one (in domain)
@@ -20,8 +21,7 @@
     tables.md, report.html, figures/*.png   written by `fairseq-heads report`
 """
 import os
-import re
-from typing import Optional
+from typing import Tuple
 
 RESULTS = "results"
 RESULT_FILE = "result.json"
@@ -61,27 +61,41 @@ def protocol_of(result: dict) -> str:
     return result.get("protocol") or QUICK
 
 
-# ------------------------------------------------------------------ converged models by name
-# The converged protocol names a model <enc|all>_l0_<λ>_conv_s<seed> (pipeline/nmt_converged.py;
-# the bash recipes before it added _glr<scale> when its gate lr scale was not the recipe's
-# default, as in docs/results/multi30k_en_de); its L0 phase is <model>_l0.
-L0_PHASE_SUFFIX = "_l0"
-_CONVERGED_NAME = re.compile(r"^(?P<side>enc|all)_l0_(?P<l0_lambda>[0-9.eE+-]+)_conv_s(?P<seed>[0-9]+)"
-                             r"(?:_glr(?P<gate_lr_scale>[0-9.eE+-]+))?$")
+# ------------------------------------------------------------------ a model's settings
+# A result file records how its model was trained (`fairseq-heads result` / `lm-result`, called
+# by the recipes' steps): "kind", "l0_lambda", "protocol", "seed" (the seed it trained with: a
+# converged model's fine-tune seed; a quick model's and the baseline's, the baseline's seed),
+# "baseline_seed" (the seed of the baseline it comes from, or is: one recipe run, `--set
+# train.seed=N`), "from_model", "metric" (a heuristic model's importance metric) and
+# "gate_lr_scale". The report reads them there, never from a model's name: names only have to
+# be unique. An L0 phase without a result file yet records the same in PHASE_SETTINGS (below).
+# Files from before "baseline_seed": a converged model's baseline is read as seed 1, any other's
+# as its own seed (how the published folders were run); `python -m
+# fairseq_heads.report.settings_migration FOLDER` writes the fields into such a folder.
+PHASE_SETTINGS = "settings.json"   # models/<model>_l0/settings.json: that L0 phase's settings, "phase": "l0"
 
 
-def converged_model_settings(name: str) -> Optional[dict]:
-    """The settings a converged model's name records: {"name", "kind", "l0_lambda", "seed",
-    "protocol", "gate_lr_scale"} (scale None: the recipe's default, which the name leaves out),
-    or None for a name the recipes do not give a converged L0 model."""
-    match = _CONVERGED_NAME.match(name)
-    if match is None:
-        return None
-    try:
-        l0_lambda = float(match["l0_lambda"])
-        scale = None if match["gate_lr_scale"] is None else float(match["gate_lr_scale"])
-    except ValueError:
-        return None
-    return {"name": name, "kind": ENCODER_L0 if match["side"] == "enc" else ALL_L0,
-            "l0_lambda": l0_lambda, "seed": int(match["seed"]), "protocol": CONVERGED,
-            "gate_lr_scale": scale}
+def training_seed(result: dict) -> int:
+    """The seed the model trained with (a converged model's fine-tune seed)."""
+    return result.get("seed") or 1
+
+
+def baseline_seed(result: dict) -> int:
+    """The seed of the baseline the model was fine-tuned from (the baseline's own seed)."""
+    if result.get("baseline_seed") is not None:
+        return result["baseline_seed"]
+    if protocol_of(result) == CONVERGED and result.get("kind") != BASELINE:
+        return 1
+    return training_seed(result)
+
+
+def seeds_of(result: dict) -> Tuple[int, int]:
+    """(baseline seed, training seed): models of one pair are one run's and compare as such."""
+    return baseline_seed(result), training_seed(result)
+
+
+def seed_label(result: dict) -> str:
+    """A model's seed as the tables print it: '2', or '2/b3' for seed 2 on baseline seed 3 (a
+    converged model whose baseline is not seed 1; a quick model's seed is its baseline's)."""
+    base, seed = seeds_of(result)
+    return str(seed) if base == 1 or base == seed and protocol_of(result) != CONVERGED else f"{seed}/b{base}"

@@ -16,15 +16,10 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .layout import seed_label, seeds_of
 from .significance import (bootstrap_log_perplexity, relative_perplexity_cost, seed_and_test_interval,
                            seed_interval)
-
-
-def protocol_label(result: dict) -> str:
-    """'converged, seed 2' or 'quick' (older files record no protocol: quick)."""
-    if result.get("protocol") == "converged":
-        return f"converged, seed {result.get('seed') or 1}"
-    return "quick"
+from .table_basics import protocol_and_seed
 
 
 def has_converged(results: Sequence[dict]) -> bool:
@@ -46,8 +41,8 @@ def control_of(result: dict, l0_results: Sequence[dict]) -> Optional[dict]:
     pruning's; None where there is none (or RESULT is it)."""
     if not result.get("l0_lambda"):
         return None
-    return next((r for r in l0_results if r.get("l0_lambda") == 0 and protocol_label(r) == protocol_label(result)),
-                None)
+    return next((r for r in l0_results
+                 if r.get("l0_lambda") == 0 and protocol_and_seed(r) == protocol_and_seed(result)), None)
 
 
 def costs_against_controls(l0_results: Sequence[dict]) -> List[Tuple[dict, float]]:
@@ -60,12 +55,13 @@ def costs_against_controls(l0_results: Sequence[dict]) -> List[Tuple[dict, float
     return out
 
 
-def removable_per_seed(costs: Sequence[Tuple[dict, float]], tolerance: float) -> Dict[int, int]:
-    """{seed: the most heads a model of that seed removed at a cost <= TOLERANCE (0: none)}, per
+def removable_per_seed(costs: Sequence[Tuple[dict, float]], tolerance: float) -> Dict[str, int]:
+    """{seed label: the most heads a model of that seed removed at a cost <= TOLERANCE (0: none)}, per
     seed rather than the best seed's count."""
-    seeds = sorted({r.get("seed") or 1 for r, _ in costs})
-    return {seed: max([r["heads_total"] - r["heads_kept"] for r, cost in costs
-                       if cost <= tolerance and (r.get("seed") or 1) == seed], default=0) for seed in seeds}
+    seeds = sorted({seeds_of(r) for r, _ in costs})
+    labels = {seeds_of(r): seed_label(r) for r, _ in costs}
+    return {labels[seed]: max([r["heads_total"] - r["heads_kept"] for r, cost in costs
+                               if cost <= tolerance and seeds_of(r) == seed], default=0) for seed in seeds}
 
 
 def scratch_quadruples(results: Sequence[dict]) -> List[Dict[str, dict]]:
@@ -75,7 +71,7 @@ def scratch_quadruples(results: Sequence[dict]) -> List[Dict[str, dict]]:
     scratch_of = {r["from_model"]: r for r in converged.values() if r["kind"] == "from_scratch"}
     l0 = [r for r in converged.values() if r["kind"] == "l0"]
     out = []
-    for trained in sorted((r for r in l0 if r.get("l0_lambda")), key=lambda r: (r["l0_lambda"], r.get("seed") or 1)):
+    for trained in sorted((r for r in l0 if r.get("l0_lambda")), key=lambda r: (r["l0_lambda"], seeds_of(r))):
         control = control_of(trained, l0)
         if trained["name"] in scratch_of and control and control["name"] in scratch_of:
             out.append({"trained": trained, "control": control, "scratch": scratch_of[trained["name"]],
@@ -119,7 +115,7 @@ def advantage_rows(quadruples: Sequence[Dict[str, dict]],
         by_lambda.setdefault(lam, []).append((values, resampled))
         cells = ([_with_interval(100 * v, 100 * resampled[:, k]) for k, v in enumerate(values)] if paired
                  else [100 * v for v in values])
-        rows.append([f"{lam:g}", q["trained"].get("seed") or 1,
+        rows.append([f"{lam:g}", seed_label(q["trained"]),
                      f"{q['trained']['heads_kept']}/{q['trained']['heads_total']}",
                      q["trained"]["perplexity"], q["control"]["perplexity"], q["scratch"]["perplexity"],
                      q["full_scratch"]["perplexity"], *cells])

@@ -1,12 +1,6 @@
-"""The language-model recipe's result files and tables (recipes/lm_english).
-
-A model's result file (`fairseq-heads lm-result`), paths relative to the results folder:
-
-    {"name": "l0_0.01", "kind": "baseline" | "l0" | "from_scratch", "l0_lambda": 0.01,
-     "from_model": null, "checkpoint": "models/l0_0.01/pruned.pt", "subset": "test",
-     "perplexity": 123.4, "updates": 2300, "parameters": 5123456,
-     "kept": [[0, 3, 5], [1, 2], ...],     # per layer, original indices of the dec-self heads left
-     "heads_kept": 17, "heads_total": 24}
+"""The language-model recipe's tables (recipes/lm_english), from its result files: one per model,
+`results/<model>/result.json`, written by `fairseq-heads lm-result` (its format:
+pruning/lm_result.py). This module reads files only; it loads no model.
 
 `tables.md` answers the questions of the LM issue from those files, the baseline's
 `stats/baseline/heads.json` (functions, agreement) and the Michel curves (`curves/<metric>/curve.csv`).
@@ -14,76 +8,24 @@ A model's result file (`fairseq-heads lm-result`), paths relative to the results
 import csv
 import json
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 from ..files import write_text_atomic
 from ..numbers import format_number
 from ..stats.table import label_kind, read_json_document
-from .block_losses import BlockLosses, read_block_losses
+from .block_losses import read_block_losses
+from .layout import seeds_of
 from .function_tables import head_level_interval
 from .lm_protocol_tables import (ADVANTAGE_COLUMNS, advantage_rows, control_of, costs_against_controls,
-                                 has_block_losses, has_converged, paired_cost_interval, protocol_label, relative_cost,
+                                 has_block_losses, has_converged, paired_cost_interval, relative_cost,
                                  removable_per_seed, scratch_quadruples, training_updates)
+from .table_basics import protocol_and_seed
 
-FUNCTIONS = ("previous-token", "induction", "duplicate-token", "positional", "rare")
-MODEL_KINDS = ("baseline", "l0", "from_scratch")
+LM_FUNCTIONS = ("previous-token", "induction", "duplicate-token", "positional", "rare")  # an LM head's functions
 
 
 class LMReportError(ValueError):
     pass
-
-
-# ---------------------------------------------------------------- one model's result
-
-
-def lm_model_result(name: str, kind: str, checkpoint: str, data_bin: str, subset: str,
-                    results_dir: str, l0_lambda: Optional[float] = None,
-                    from_model: Optional[str] = None, batch_size: Optional[int] = 16,
-                    max_tokens: Optional[int] = None,
-                    cpu: bool = False) -> Tuple[Dict[str, object], BlockLosses]:
-    """Perplexity of `checkpoint` on `subset` (teacher-forced blocks, as fairseq-eval-lm) and the
-    dec-self heads it has (a pruned checkpoint's layout, less the heads closed by the --head-mask it
-    was trained with, if any), and each block's loss (`block_losses.json`, for paired bootstraps
-    over the test set). On CUDA when there is one, unless `cpu`."""
-    from ..checkpoints import (data_overrides, is_language_model, load_model_and_task, load_state,
-                               model_args, place_model)
-    from ..gating.head_masks import load_head_mask
-    from ..models.head_layout import head_layout
-    from ..pruning.curve import block_losses, perplexity_of_blocks
-    from .model_result import checkpoint_head_mask_file
-
-    if kind not in MODEL_KINDS:
-        raise LMReportError(f"--kind: {kind!r} is not one of {', '.join(MODEL_KINDS)}")
-    state = load_state(checkpoint, data_overrides(data_bin))
-    model, task = load_model_and_task(checkpoint, state=state)
-    if not is_language_model(model):
-        raise LMReportError(f"{checkpoint}: not a decoder-only language model")
-    layout = head_layout(model)["dec-self"]
-    mask_file = checkpoint_head_mask_file(state)
-    if mask_file:  # trained with --head-mask (a layout from scratch): its masked heads are not kept
-        layout = masked_layout(layout, load_head_mask(mask_file)["dec-self"])
-    total_per_layer = int(model_args(state).decoder_attention_heads)  # before any pruning
-    place_model(model, cpu)
-    nll, tokens = block_losses(model, task, subset, batch_size, max_tokens=max_tokens)
-    result = {
-        "name": name, "kind": kind, "l0_lambda": l0_lambda, "from_model": from_model,
-        "checkpoint": os.path.relpath(os.path.abspath(checkpoint), os.path.abspath(results_dir)),
-        "subset": subset, "perplexity": perplexity_of_blocks(nll, tokens, subset),
-        "updates": (state.get("optimizer_history") or [{}])[-1].get("num_updates"),
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "kept": layout, "heads_kept": sum(len(row) for row in layout),
-        "heads_total": len(layout) * int(total_per_layer),
-    }
-    return result, BlockLosses(subset, nll, tokens)
-
-
-def masked_layout(layout: List[List[int]], mask_rows) -> List[List[int]]:
-    """The heads of `layout` (original indices per layer) that a head mask keeps open."""
-    return [[h for h in heads if bool(mask_rows[layer][h])] for layer, heads in enumerate(layout)]
-
-
-def write_lm_result(result: Dict[str, object], path: str) -> None:
-    write_text_atomic(path, json.dumps(result, indent=1) + "\n")
 
 
 # ---------------------------------------------------------------- reading a results folder
@@ -114,7 +56,7 @@ def read_curve(path: str) -> List[Dict[str, float]]:
                 for r in csv.DictReader(f)]
 
 
-def head_functions(heads_doc) -> Dict[tuple, List[str]]:
+def dec_self_functions(heads_doc) -> Dict[tuple, List[str]]:
     """{(layer, head): [function, ...]} of the baseline's dec-self heads ("positional(-1)" ->
     "positional")."""
     out = {}
@@ -171,7 +113,7 @@ def build_lm_tables(results_dir: str) -> str:
     baseline = next(r for r in results if r["kind"] == "baseline")
     base_ppl = float(baseline["perplexity"])
     heads_doc = read_json_document(os.path.join(results_dir, "stats", "baseline"))
-    functions = head_functions(heads_doc) if heads_doc else {}
+    functions = dec_self_functions(heads_doc) if heads_doc else {}
     lines = [f"# Language-model heads: {os.path.basename(os.path.abspath(results_dir))}", ""]
 
     lines += ["## 1. Baseline", "",
@@ -180,11 +122,11 @@ def build_lm_tables(results_dir: str) -> str:
               f"| baseline | {_fmt(base_ppl)} | {baseline['parameters']:,} | {baseline['heads_total']} | "
               f"{baseline['updates']} |", ""]
     if heads_doc:
-        counts = {f: sum(f in fs for fs in functions.values()) for f in FUNCTIONS}
+        counts = {f: sum(f in fs for fs in functions.values()) for f in LM_FUNCTIONS}
         none = sum(not fs for fs in functions.values())
         lines += ["Head functions of the baseline (thresholds in `heads.json` meta; docs/metrics.md):", "",
-                  "| " + " | ".join(FUNCTIONS) + " | none |", "|" + "---|" * (len(FUNCTIONS) + 1),
-                  "| " + " | ".join(str(counts[f]) for f in FUNCTIONS) + f" | {none} |", ""]
+                  "| " + " | ".join(LM_FUNCTIONS) + " | none |", "|" + "---|" * (len(LM_FUNCTIONS) + 1),
+                  "| " + " | ".join(str(counts[f]) for f in LM_FUNCTIONS) + f" | {none} |", ""]
         induction = heads_doc["meta"].get("induction")
         if induction:
             drops = repeat_copy_drops(induction)
@@ -209,7 +151,7 @@ def build_lm_tables(results_dir: str) -> str:
             lines.append("")
 
     l0 = sorted((r for r in results if r["kind"] == "l0"),
-                key=lambda r: (protocol_label(r) != "quick", r["l0_lambda"], r.get("seed") or 1))
+                key=lambda r: (protocol_and_seed(r) != "quick", r["l0_lambda"], seeds_of(r)))
     protocols = has_converged(l0)  # a protocol column only where there is more than one
     controls = {r["name"]: control_of(r, l0) for r in l0}
     blocks = {}  # {model: (per-block NLL, tokens)} of the result files that kept them
@@ -221,15 +163,15 @@ def build_lm_tables(results_dir: str) -> str:
     if l0:
         lines += ["## 2. L0 sweep: heads kept, perplexity, surviving functions", "",
                   "| λ | " + ("protocol | updates | " if protocols else "") + "heads kept | perplexity | Δ vs baseline | "
-                  + ("Δ vs its λ=0 control | " if controlled else "") + " | ".join(f"{f} kept" for f in FUNCTIONS)
-                  + " | none kept |", "|" + "---|" * (5 + len(FUNCTIONS) + 2 * protocols + controlled)]
+                  + ("Δ vs its λ=0 control | " if controlled else "") + " | ".join(f"{f} kept" for f in LM_FUNCTIONS)
+                  + " | none kept |", "|" + "---|" * (5 + len(LM_FUNCTIONS) + 2 * protocols + controlled)]
         for r in l0:
             kept = {(layer, head) for layer, row in enumerate(r["kept"]) for head in row}
             cells = []
-            for f in FUNCTIONS + ("none",):
+            for f in LM_FUNCTIONS + ("none",):
                 members = [k for k, fs in functions.items() if (f in fs if f != "none" else not fs)]
                 cells.append(f"{sum(k in kept for k in members)}/{len(members)}" if members else "–")
-            protocol = f"{protocol_label(r)} | {_fmt(training_updates(r) or r.get('updates'))} | " if protocols else ""
+            protocol = f"{protocol_and_seed(r)} | {_fmt(training_updates(r) or r.get('updates'))} | " if protocols else ""
             versus_control = _versus_control(r, controls[r["name"]], blocks) if controlled else ""
             lines.append(f"| {r['l0_lambda']:g} | {protocol}{r['heads_kept']}/{r['heads_total']} | {_fmt(r['perplexity'])} | "
                          f"{100 * (r['perplexity'] / base_ppl - 1):+.1f}% | {versus_control}" + " | ".join(cells) + " |")
@@ -294,7 +236,7 @@ def build_lm_tables(results_dir: str) -> str:
                   "| model | heads kept | repeat-copy loss drop [95% CI] |", "|---|---|---|",
                   f"| baseline | {baseline['heads_total']} | {_interval(repeat_copy_drops(heads_doc['meta']['induction']).get('all'))} |"]
         for r, cell in induction_rows:
-            label = f"λ={r['l0_lambda']:g}" + (f", {protocol_label(r)}" if protocols else "")
+            label = f"λ={r['l0_lambda']:g}" + (f", {protocol_and_seed(r)}" if protocols else "")
             lines.append(f"| {label} | {r['heads_kept']} | {_interval(cell)} |")
         lines.append("")
 

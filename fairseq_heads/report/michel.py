@@ -2,20 +2,17 @@
 encoder heads kept, and the same fixed-mask fine-tune after the heads are chosen. A `heuristic`
 result (layout.HEURISTIC) is the baseline with the top-K encoder heads of an importance metric
 kept (K = the heads its `from_model`, a converged encoder L0 model, kept), fine-tuned with that
-mask as the L0 model's fixed-mask phase is; its name is `michel_<metric>_as_<from_model>`."""
+mask as the L0 model's fixed-mask phase is; its result file records the metric ("metric")."""
 from typing import Dict, List, Sequence, Tuple
 
-from .layout import HEURISTIC
+from .layout import HEURISTIC, seed_label
 from .seed_masks import kept_heads
 from .table_basics import MissingInput, Table, by_kind
 
-MICHEL_PREFIX = "michel_"
-
 
 def heuristic_metric(result: dict) -> str:
-    """The importance metric a heuristic result's name records."""
-    name, origin = result["name"], f"_as_{result.get('from_model')}"
-    return name[len(MICHEL_PREFIX):-len(origin)] if name.startswith(MICHEL_PREFIX) and name.endswith(origin) else "?"
+    """The importance metric that chose a heuristic model's heads ('?': a file without it)."""
+    return result.get("metric") or "?"
 
 
 def michel_comparison_table(results: Sequence[dict], translations: Dict[str, Tuple[List[str], List[str]]],
@@ -42,7 +39,7 @@ def michel_comparison_table(results: Sequence[dict], translations: Dict[str, Tup
         kept = [r["heads_kept"]["enc-self"] for r in (l0, result)]
         total = l0["heads_total"]["enc-self"]
         shared = len(kept_heads(l0, ["enc-self"]) & kept_heads(result, ["enc-self"]))
-        rows.append([l0["name"], l0.get("seed"), f"{kept[0]}/{total}", l0["bleu"],
+        rows.append([l0["name"], seed_label(l0), f"{kept[0]}/{total}", l0["bleu"],
                      heuristic_metric(result), f"{kept[1]}", shared, kept[0] * kept[1] / total, result["bleu"],
                      difference.delta, difference.ci_low, difference.ci_high])
     return Table(["L0 model", "seed", "encoder heads kept (L0)", "BLEU L0", "heuristic metric",

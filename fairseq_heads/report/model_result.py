@@ -15,7 +15,9 @@ which heads it kept.
      "gate_lr_scale": 1000,                               # of a gate_adam training, else null
      # written by `fairseq-heads result --protocol/--seed/--phase` (the recipes' steps):
      "protocol": "converged" | "quick" | null,            # null: an older file, read as quick
-     "seed": 1,
+     "seed": 1,                                           # trained with (a converged model: its fine-tune's)
+     "baseline_seed": 1,                                  # of the baseline it comes from (layout.py)
+     "metric": "grad",                                    # a heuristic model's importance metric
      "training": {"phases": {"l0": {"updates": 900, "validations": 9, "best_update": 900,
                                     "best_loss": 4.61, "open_heads": 70,
                                     "converged_at": 900, "rule": "5 consecutive ..."},
@@ -92,12 +94,6 @@ def checkpoint_layout(state: dict) -> Dict[str, List[int]]:
             "enc-dec": [dec_layers, dec_heads]}
 
 
-def checkpoint_head_mask_file(state: dict) -> Optional[str]:
-    """The --head-mask a model was trained with (recorded in its task options), if any."""
-    cfg = state.get("cfg")
-    return _field(_field(cfg, "task"), "head_mask") or _field(state.get("args"), "head_mask")
-
-
 def kept_heads(state: dict, head_mask: Optional[dict] = None):
     """(source, kept {type: [[0/1]]}, p_open {type: [[p]]}) for a checkpoint.
 
@@ -131,7 +127,7 @@ def build_model_result(name: str, kind: str, checkpoint: str, generate_output: s
                        results_dir: Optional[str] = None) -> dict:
     """The result-file dict of one model (see the module docstring); paths are relative to
     `results_dir` (default: the current folder), so the file names no machine's folders."""
-    from ..checkpoints import load_checkpoint
+    from ..checkpoints import load_checkpoint, trained_head_mask_file
     from ..gating.head_masks import head_mask_to_json, load_head_mask
     from .layout import KINDS
 
@@ -143,7 +139,7 @@ def build_model_result(name: str, kind: str, checkpoint: str, generate_output: s
         hypotheses, references, fairseq_line = parse_generate_output(f.read())
     bleu, signature, score_string = sacrebleu_score(hypotheses, references)
     state = load_checkpoint(checkpoint)
-    head_mask_file = head_mask_file or checkpoint_head_mask_file(state)
+    head_mask_file = head_mask_file or trained_head_mask_file(state)
     mask = head_mask_to_json(load_head_mask(head_mask_file)) if head_mask_file else None
     source, kept, p_open = kept_heads(state, mask)
     layout = checkpoint_layout(state)

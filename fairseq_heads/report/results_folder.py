@@ -22,7 +22,7 @@ class Inputs(NamedTuple):
     results_dir: str
     translations: Dict[str, Tuple[List[str], List[str]]]  # model name -> (hypotheses, references)
     # converged models with a finished L0 phase but no result file yet: their settings (from
-    # the name, layout.converged_model_settings) and phase "l0"; traces has their L0 trace
+    # the phase's layout.PHASE_SETTINGS) and phase "l0"; traces has their L0 trace
     l0_phases: List[dict] = []
     # the curves of curves/<metric>/curve.csv, one per importance metric, by metric
     curves: Dict[str, List[Dict[str, str]]] = {}
@@ -103,26 +103,22 @@ def load_inputs(results_dir: str) -> Inputs:
 
 
 def unfinished_l0_phases(results_dir: str, results: List[dict]) -> List[dict]:
-    """The L0 phases (models/<model>_l0/) of converged models that have no result file yet,
-    with their gate traces ("trace"): the heads-dying figure need not wait for the fixed-mask
-    phase and BLEU. A phase still running (its step's models/<model>_l0.partial/, or one a
-    session's end cut short) is drawn too, as "running", up to its last record. A name without
-    _glr<scale> was trained at the recipe's default scale, which the converged result files of
-    such names record (the most common one; None if there are none)."""
+    """The L0 phases of converged models that have no result file yet, with their gate traces
+    ("trace"): the heads-dying figure need not wait for the fixed-mask phase and BLEU. A phase is
+    a folder models/*/ whose settings file (layout.PHASE_SETTINGS, written by the phase's step)
+    says "phase": "l0" and names its model; one still running (its step's models/*.partial/, or
+    one a session's end cut short) is drawn too, as "l0-running", up to its last record."""
     named = {r["name"] for r in results}
-    default_scales = [r.get("gate_lr_scale") for r in results
-                      if layout.protocol_of(r) == layout.CONVERGED and "_glr" not in r["name"]
-                      and r.get("gate_lr_scale") is not None]
-    default_scale = max(set(default_scales), key=default_scales.count) if default_scales else None
     phases = {}
-    for state, suffix in (("l0-running", layout.L0_PHASE_SUFFIX + ".partial"), ("l0", layout.L0_PHASE_SUFFIX)):
-        for folder in sorted(glob.glob(os.path.join(results_dir, layout.MODELS, "*" + suffix))):
-            name = os.path.basename(folder)[:-len(suffix)]
-            settings = layout.converged_model_settings(name)
-            trace = archived_copy(os.path.join(folder, layout.GATE_TRACE))
-            if settings is None or name in named or trace is None:
+    for state, pattern in (("l0-running", "*.partial"), ("l0", "*")):
+        for path in sorted(glob.glob(os.path.join(results_dir, layout.MODELS, pattern, layout.PHASE_SETTINGS))):
+            folder = os.path.dirname(path)
+            if state == "l0" and folder.endswith(".partial"):
                 continue
-            if settings["gate_lr_scale"] is None:
-                settings["gate_lr_scale"] = default_scale
-            phases[name] = dict(settings, phase=state, trace=trace)  # a finished phase wins
+            with open(path, encoding="utf-8") as f:
+                settings = json.load(f)
+            trace = archived_copy(os.path.join(folder, layout.GATE_TRACE))
+            if settings.get("phase") != "l0" or settings["name"] in named or trace is None:
+                continue
+            phases[settings["name"]] = dict(settings, phase=state, trace=trace)  # a finished phase wins
     return [phases[name] for name in sorted(phases)]

@@ -5,7 +5,7 @@ differences against the baseline and the λ=0 control (significance.py does the 
 """
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .layout import ALL_L0, CONVERGED, ENCODER_L0, FROM_SCRATCH, protocol_of
+from .layout import ALL_L0, CONVERGED, ENCODER_L0, FROM_SCRATCH, baseline_seed, protocol_of, seed_label, seeds_of
 from .table_basics import MissingInput, Table, baseline_result, by_kind, format_lambda
 
 
@@ -45,7 +45,7 @@ def trained_vs_scratch_table(results: Sequence[dict],
         kept = sum(trained["heads_kept"].values())
         total = sum(trained["heads_total"].values())
         trained_updates = _training_updates(trained)
-        rows.append([f"λ={format_lambda(trained['l0_lambda'])}", trained.get("seed"), f"{kept}/{total}",
+        rows.append([f"λ={format_lambda(trained['l0_lambda'])}", seed_label(trained), f"{kept}/{total}",
                      trained["bleu"], from_scratch["bleu"], difference.delta, difference.ci_low,
                      difference.ci_high, _phase(trained, "l0", "updates"),
                      _phase(trained, "l0", "converged_at") or "cap",
@@ -63,7 +63,7 @@ def _converged_pairs(results: Sequence[dict]) -> List[Tuple[dict, dict]]:
     scratch = {r.get("from_model"): r for r in by_kind(results, FROM_SCRATCH) if protocol_of(r) == CONVERGED}
     return sorted([(r, scratch[r["name"]]) for r in by_kind(results, ALL_L0)
                    if protocol_of(r) == CONVERGED and r["name"] in scratch],
-                  key=lambda p: (p[0]["l0_lambda"], p[0].get("seed") or 1))
+                  key=lambda p: (p[0]["l0_lambda"], seeds_of(p[0])))
 
 
 def pruning_cost_table(results: Sequence[dict],
@@ -136,11 +136,11 @@ def pruning_cost_table(results: Sequence[dict],
     for l0_lambda, group in sorted(quadruples.items()):
         for quadruple in group:
             trained, control, _, full_scratch = quadruple
-            rows.append([f"λ={format_lambda(l0_lambda)}", trained.get("seed"), kept(trained),
+            rows.append([f"λ={format_lambda(l0_lambda)}", seed_label(trained), kept(trained),
                          control["bleu"], full_scratch["bleu"], *costs([quadruple])])
         if len(group) > 1:
             rows.append([f"λ={format_lambda(l0_lambda)}",
-                         "mean of " + " ".join(str(q[0].get("seed")) for q in group),
+                         "mean of " + " ".join(seed_label(q[0]) for q in group),
                          " ".join(kept(q[0]) for q in group), shared_bleu([q[1] for q in group]),
                          shared_bleu([q[3] for q in group]), *costs(group)])
     every = [quadruple for group in quadruples.values() for quadruple in group]
@@ -186,7 +186,7 @@ def seed_summary_table(results: Sequence[dict]) -> Table:
     for l0_lambda, group in sorted(grouped.items()):
         trained = [t["bleu"] for t, _ in group]
         scratch = [s["bleu"] for _, s in group]
-        rows.append([f"λ={format_lambda(l0_lambda)}", " ".join(str(t.get("seed")) for t, _ in group),
+        rows.append([f"λ={format_lambda(l0_lambda)}", " ".join(seed_label(t) for t, _ in group),
                      mean(trained), spread(trained), mean(scratch), spread(scratch),
                      mean(scratch) - mean(trained),
                      mean_count([None if _training_updates(t) is None else baseline_updates + _training_updates(t)
@@ -199,10 +199,11 @@ def seed_summary_table(results: Sequence[dict]) -> Table:
 
 
 def control_model(result: dict, results: Sequence[dict]) -> Optional[dict]:
-    """The λ=0 model trained like `result` (same kind, protocol and gate learning rate; its seed
-    if that one was run, else the lowest): the baseline given the same extra training without
-    a penalty. What pruning costs is measured against it, since the extra updates of a
-    fine-tune are worth something on their own when the baseline stopped before converging."""
+    """The λ=0 model trained like `result` (same kind, protocol and gate learning rate; its seeds
+    (layout.seeds_of) if those were run, else its baseline's lowest, else the lowest): the
+    baseline given the same extra training without a penalty. What pruning costs is measured
+    against it, since the extra updates of a fine-tune are worth something on their own when the
+    baseline stopped before converging."""
     if result.get("kind") not in (ENCODER_L0, ALL_L0) or not result.get("l0_lambda"):
         return None
     controls = [r for r in results if r.get("kind") == result["kind"] and r.get("l0_lambda") == 0
@@ -210,7 +211,8 @@ def control_model(result: dict, results: Sequence[dict]) -> Optional[dict]:
                 and r.get("gate_lr_scale") == result.get("gate_lr_scale")]
     if not controls:
         return None
-    return min(controls, key=lambda r: ((r.get("seed") or 1) != (result.get("seed") or 1), r.get("seed") or 1))
+    return min(controls, key=lambda r: (seeds_of(r) != seeds_of(result), baseline_seed(r) != baseline_seed(result),
+                                        seeds_of(r)))
 
 
 def bleu_difference_table(results: Sequence[dict],

@@ -8,8 +8,7 @@ from itertools import combinations
 from math import comb
 from typing import Dict, FrozenSet, List, Sequence, Tuple
 
-from .baseline_seeds import seed_of
-from .layout import CONVERGED, ENCODER_L0, protocol_of
+from .layout import CONVERGED, ENCODER_L0, baseline_seed, protocol_of, seeds_of, training_seed
 from .table_basics import MissingInput, Table, by_kind, format_lambda
 
 Head = Tuple[str, int, int]  # (attention type, layer, head)
@@ -36,21 +35,24 @@ def chance_jaccard(n: int, a: int, b: int) -> float:
 
 
 def seed_mask_table(results: Sequence[dict], kind: str = ENCODER_L0) -> Table:
-    """Per converged λ > 0 of `kind` with two seeds or more: heads kept per seed, by every seed, by
-    any seed, and the seeds' mean pairwise Jaccard index beside its chance value."""
+    """Per converged λ > 0 of `kind` and baseline with two seeds or more: heads kept per seed, by
+    every seed, by any seed, and the seeds' mean pairwise Jaccard index beside its chance value
+    (fine-tunes of different baselines keep heads of different models: each baseline its row)."""
     groups: Dict[Tuple, List[dict]] = {}
-    for result in sorted(by_kind(results, kind), key=seed_of):
+    for result in sorted(by_kind(results, kind), key=seeds_of):
         if protocol_of(result) == CONVERGED and result.get("l0_lambda"):
-            groups.setdefault((result["l0_lambda"], result.get("gate_lr_scale")), []).append(result)
+            key = (result["l0_lambda"], result.get("gate_lr_scale"), baseline_seed(result))
+            groups.setdefault(key, []).append(result)
     rows = []
-    for (lam, _), models in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1] or 0)):
+    for (lam, _, base), models in sorted(groups.items(), key=lambda i: (i[0][0], i[0][1] or 0, i[0][2])):
         if len(models) < 2:
             continue
         types = ["enc-self"] if kind == ENCODER_L0 else sorted(models[0]["kept"])
         total = sum(models[0]["heads_total"][t] for t in types)
         sets = [kept_heads(m, types) for m in models]
         pairs = list(combinations(sets, 2))
-        rows.append([f"{kind} λ={format_lambda(lam)}", " ".join(str(seed_of(m)) for m in models),
+        rows.append([f"{kind} λ={format_lambda(lam)}" + ("" if base == 1 else f", baseline seed {base}"),
+                     " ".join(str(training_seed(m)) for m in models),
                      " ".join(str(len(s)) for s in sets), total, len(frozenset.intersection(*sets)),
                      len(frozenset.union(*sets)), sum(jaccard(a, b) for a, b in pairs) / len(pairs),
                      sum(chance_jaccard(total, len(a), len(b)) for a, b in pairs) / len(pairs)])

@@ -6,14 +6,15 @@ the same for L0 against Michel et al.'s heuristic at equal heads (michel.py), se
 A seed is whatever the models of one row were fine-tuned with: under the converged protocol,
 fine-tunes of one shared baseline; under the quick protocol of the GPU queue, fine-tunes of a
 baseline of their own (`--set train.seed=N`), so there the interval holds the baseline's seed
-too. Pure functions over result dicts and translations, no I/O.
+too; a folder may mix both (converged fine-tunes of several baselines): a model's seed is then its
+(baseline seed, fine-tune seed), its control the λ=0 model of the same pair. Pure functions
+over result dicts and translations, no I/O.
 """
 from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from .baseline_seeds import seed_of
-from .layout import ALL_L0, ENCODER_L0, HEURISTIC, protocol_of
+from .layout import ALL_L0, ENCODER_L0, HEURISTIC, protocol_of, seed_label, seeds_of
 from .michel import heuristic_metric
 from .table_basics import MissingInput, Table, by_kind, format_lambda
 
@@ -36,13 +37,13 @@ def control_pairs(results: Sequence[dict], kind: str) -> Dict[Tuple, List[Tuple[
     """{(λ, protocol, gate lr scale): [(L0 model, its same-seed λ=0 control), ...]} for the L0
     models of `kind` with λ > 0, by seed. A seed without its own control is left out: another
     seed's control would put that seed's spread on one side only."""
-    controls = {(seed_of(r), protocol_of(r), r.get("gate_lr_scale")): r
+    controls = {(seeds_of(r), protocol_of(r), r.get("gate_lr_scale")): r
                 for r in by_kind(results, kind) if r.get("l0_lambda") == 0}
     grouped: Dict[Tuple, List[Tuple[dict, dict]]] = {}
-    for result in sorted(by_kind(results, kind), key=seed_of):
+    for result in sorted(by_kind(results, kind), key=seeds_of):
         if not result.get("l0_lambda"):
             continue
-        control = controls.get((seed_of(result), protocol_of(result), result.get("gate_lr_scale")))
+        control = controls.get((seeds_of(result), protocol_of(result), result.get("gate_lr_scale")))
         if control is not None:
             key = (result["l0_lambda"], protocol_of(result), result.get("gate_lr_scale"))
             grouped.setdefault(key, []).append((result, control))
@@ -53,7 +54,7 @@ def heuristic_pairs(results: Sequence[dict]) -> Dict[Tuple, List[Tuple[dict, dic
     """{(metric, λ, protocol): [(L0 model, the heuristic model fine-tuned at its size), ...]}."""
     by_name = {r["name"]: r for r in results}
     grouped: Dict[Tuple, List[Tuple[dict, dict]]] = {}
-    for heuristic in sorted(by_kind(results, HEURISTIC), key=seed_of):
+    for heuristic in sorted(by_kind(results, HEURISTIC), key=seeds_of):
         l0 = by_name.get(heuristic.get("from_model"))
         if l0 is not None:
             key = (heuristic_metric(heuristic), l0.get("l0_lambda"), protocol_of(l0))
@@ -78,7 +79,7 @@ def seed_mean_table(results: Sequence[dict], translations: Dict[str, Tuple[List[
         for (metric, lam, protocol), pairs in sorted(heuristic_pairs(results).items(), key=str):
             groups.append((f"encoder_l0 λ={format_lambda(lam)} − {metric} heuristic ({protocol})",
                            HEURISTIC, pairs))
-    groups = [group for group in groups if len({seed_of(a) for a, _ in group[2]}) >= 2]
+    groups = [group for group in groups if len({seeds_of(a) for a, _ in group[2]}) >= 2]
     if not groups:
         raise TooFewSeeds("no contrast with two seeds or more (each seed's L0 model and control)")
     systems = list({m["name"]: m for _, _, pairs in groups for pair in pairs for m in pair}.values())
@@ -97,7 +98,7 @@ def seed_mean_table(results: Sequence[dict], translations: Dict[str, Tuple[List[
         test_only = contrast(full, resampled, weights.mean(0))
         both = seed_mean_contrast(full, resampled, weights)
         kept = [_kept(m, ENCODER_L0 if kind == HEURISTIC else kind) for m, _ in pairs]
-        rows.append([label, " ".join(str(seed_of(m)) for m, _ in pairs), " ".join(map(str, kept)),
+        rows.append([label, " ".join(seed_label(m) for m, _ in pairs), " ".join(map(str, kept)),
                      " ".join(f"{d:+.2f}" for d in weights @ full), both.delta, both.seed_sd,
                      test_only.ci_low, test_only.ci_high, both.ci_low, both.ci_high])
     return Table(COLUMNS, rows,

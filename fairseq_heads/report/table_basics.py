@@ -10,9 +10,9 @@ from typing import Dict, Iterable, List, NamedTuple, Sequence, Tuple
 
 from ..numbers import format_number
 from ..stats.table import label_kind, parse_labels
-from .layout import ALL_L0, BASELINE, CONVERGED, ENCODER_L0, FROM_SCRATCH, QUICK, protocol_of
+from .layout import ALL_L0, BASELINE, CONVERGED, ENCODER_L0, FROM_SCRATCH, QUICK, protocol_of, seed_label, seeds_of
 
-FUNCTIONS = ("positional", "syntactic", "rare")  # a head's function: the labels of heads.csv
+TRANSLATION_FUNCTIONS = ("positional", "syntactic", "rare")  # a translation head's function: heads.csv labels
 NO_FUNCTION = "none"
 
 
@@ -42,8 +42,8 @@ def by_kind(results: Iterable[dict], kind: str) -> List[dict]:
 def headline(results: Sequence[dict]) -> List[dict]:
     """The results the tables lead with: one model per (kind, λ) - the converged protocol's if
     there is one, else the quick one; among those, the gate learning rate most of them were
-    trained at (the tables' setting) and the lowest seed. From-scratch models follow the model
-    their layout came from. The others appear in their own rows (quick protocol, seeds, traces)."""
+    trained at (the tables' setting) and the lowest (baseline seed, seed). From-scratch models
+    follow the model their layout came from. The others appear in their own rows (quick protocol, seeds, traces)."""
     trained = [r for r in results if r.get("kind") in (ENCODER_L0, ALL_L0)]
     # the usual scale among the converged models if there are any (older files record none)
     scales = ([r.get("gate_lr_scale") for r in trained if protocol_of(r) == CONVERGED]
@@ -52,7 +52,7 @@ def headline(results: Sequence[dict]) -> List[dict]:
 
     def preference(result):
         return (protocol_of(result) != CONVERGED, result.get("gate_lr_scale") != usual_scale,
-                result.get("seed") or 1, result["name"])
+                seeds_of(result), result["name"])
 
     chosen: Dict[Tuple[str, object], dict] = {}
     for result in sorted(trained, key=preference):
@@ -62,18 +62,25 @@ def headline(results: Sequence[dict]) -> List[dict]:
     return [r for r in results if r.get("kind") == BASELINE] + list(chosen.values()) + scratch
 
 
+def protocol_and_seed(result: dict) -> str:
+    """'converged, seed 2' / 'converged, seed 2/b3' (baseline seed 3) / 'quick' (the LM tables'
+    protocol column, beside their own updates column)."""
+    return f"converged, seed {seed_label(result)}" if protocol_of(result) == CONVERGED else QUICK
+
+
 def protocol_label(result: dict) -> str:
-    """'converged, seed 2' / 'quick, 150 updates' (the tables' protocol column)."""
-    if protocol_of(result) == QUICK:
-        return f"quick, {result['updates']} updates" if result.get("updates") is not None else "quick"
-    return f"converged, seed {result.get('seed') or 1}"
+    """protocol_and_seed, a quick run with its updates: 'quick, 150 updates' (the translation
+    tables' protocol column)."""
+    if protocol_of(result) == QUICK and result.get("updates") is not None:
+        return f"quick, {result['updates']} updates"
+    return protocol_and_seed(result)
 
 
 def baseline_result(results: Iterable[dict]) -> dict:
     found = by_kind(results, BASELINE)
     if not found:
         raise MissingInput("no baseline result (results/baseline/result.json)")
-    return found[0]
+    return min(found, key=seeds_of)  # several baselines (a run per seed): seed 1's
 
 
 def lambda_texts(results: Sequence[dict]) -> List[str]:
@@ -104,6 +111,6 @@ def head_functions(labels: str) -> List[str]:
     """'positional(-1);syntactic(nsubj,dep->head);rare' -> ['positional', 'syntactic', 'rare']."""
     names = []
     for name in map(label_kind, parse_labels(labels)):
-        if name in FUNCTIONS and name not in names:
+        if name in TRANSLATION_FUNCTIONS and name not in names:
             names.append(name)
     return names

@@ -41,9 +41,9 @@ from .scratch_tables import (  # noqa: F401
     trained_vs_scratch_table,
 )
 from .table_basics import (  # noqa: F401
-    FUNCTIONS,
     NO_FUNCTION,
     QUICK_NOTE,
+    TRANSLATION_FUNCTIONS,
     MissingInput,
     Table,
     baseline_result,
@@ -54,6 +54,7 @@ from .table_basics import (  # noqa: F401
     headline,
     lambda_texts,
     markdown_table,
+    protocol_and_seed,
     protocol_label,
 )
 from .trace_tables import (  # noqa: F401

@@ -73,7 +73,8 @@ def _forward_returning_head_weights(attention: nn.Module, key: BlockKey, capture
         output, head_weights = original_forward(*args, need_weights=True, need_head_weights=True,
                                                 **kwargs)
         # fairseq returns per-head weights as (H, B, Tq, Tk).
-        captured.weights[key] = head_weights.transpose(0, 1)
+        # fp32 for the metrics' sums (a no-op in fp32; under --autocast bf16 a copy)
+        captured.weights[key] = head_weights.transpose(0, 1).float()
         if need_head_weights:
             return output, head_weights
         return output, (head_weights.mean(dim=0) if need_weights else None)

@@ -37,7 +37,6 @@ class AttentionView:
     key_mask: Tensor  # (B, Tk) bool
     tokens: Tensor  # (B, S) source tokens (an LM's input tokens)
     token_mask: Tensor  # (B, S) real source tokens (not pad / EOS)
-    key_counts: Tensor  # (B, S) float64: the source dictionary's count of each source token
     sentence_ids: List[int]  # dataset indices
 
     @property
@@ -91,7 +90,6 @@ class Collector:
         source, target = run.task.source_dictionary, run.task.target_dictionary
         self.src_pad, self.src_eos = source.pad(), source.eos()
         self.tgt_pad, self.tgt_eos = target.pad(), target.eos()
-        self.src_counts = torch.tensor(source.count, dtype=torch.float64)
 
     def _wanted(self, needs: str):
         return [s for s in self.specs if s.needs == needs
@@ -140,7 +138,6 @@ class Collector:
         masks = self._masks(sample)
         src = sample["net_input"]["src_tokens"].cpu()
         token_mask = masks["dec-self" if self.run.language_model else "enc-self"][1].cpu()
-        key_counts = self.src_counts[src]
         ids = sample["id"].tolist()
         for attention_type in self.run.shape:
             wanted = [(s, self.accumulators[(s.name, attention_type)]) for s in specs
@@ -151,7 +148,7 @@ class Collector:
             view = AttentionView(
                 self.run, attention_type,
                 [w.detach().float().cpu() for w in captured.type_weights(attention_type)],
-                query_mask, key_mask, src, token_mask, key_counts, ids)
+                query_mask, key_mask, src, token_mask, ids)
             for spec, acc in wanted:
                 spec.update(acc, view)
 

@@ -5,6 +5,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
+from ..precision import AUTOCAST_CHOICES
 from .labels import PAPER_THRESHOLDS, LabelThresholds
 from .metrics import grad, lrp
 from .metrics.induction import DEFAULT_LENGTHS, DEFAULT_PROBES
@@ -29,6 +30,7 @@ class StatsOptions:
     max_tokens: Optional[int] = 4096
     batch_size: Optional[int] = None
     cpu: bool = False
+    autocast: str = "none"  # precision.py: "bf16" runs the passes' matrix products in bfloat16
     source_lang: Optional[str] = None
     target_lang: Optional[str] = None
     log_format: Optional[str] = None  # fairseq progress bar format; default tqdm/simple
@@ -37,6 +39,8 @@ class StatsOptions:
     induction_probes: int = DEFAULT_PROBES  # per length
     icl_positions: Sequence[int] = DEFAULT_POSITIONS  # natural_icl: (early, late)
     rare_outside_top: Optional[int] = None  # rare: score only sentences whose rarest token is outside the top N
+    sample_break_mode: Optional[str] = None  # an LM's blocks (None: as the checkpoint records)
+    block_start: Optional[str] = None  # eos | bos: an LM's first token of a block (None: as recorded)
 
 
 def parse_metrics(value: str) -> Tuple[str, ...]:
@@ -67,6 +71,8 @@ def check_options(options: StatsOptions) -> None:
         check_positions(options.icl_positions)
     except ValueError as error:
         raise StatsError(str(error)) from None
+    if options.autocast not in AUTOCAST_CHOICES:
+        raise StatsError(f"--autocast: expected one of {', '.join(AUTOCAST_CHOICES)}, got {options.autocast!r}")
     if options.grad_normalise not in grad.GRAD_NORMALISATIONS:
         raise StatsError(f"--grad-normalise must be one of {', '.join(grad.GRAD_NORMALISATIONS)}")
 

@@ -12,7 +12,7 @@ heatmaps: none of them names a metric.
 
 What `needs` means, and which hook it calls:
 - WEIGHTS: the attention probabilities of the data pass. `update(acc, view)` per attention
-  type with an `AttentionView` (per-layer weights, masks, tokens, key counts, sentence ids).
+  type with an `AttentionView` (per-layer weights, masks, tokens, sentence ids).
 - HEAD_OUTPUTS: the head outputs of the data pass, with gradients. `score(batch, run)` returns
   ({(type, layer): (B, H) per sentence}, units (B,)), a per-sentence ratio per head.
 - OWN_PASS: like HEAD_OUTPUTS, but `score` runs its own forward pass on the batch.
@@ -143,6 +143,7 @@ class RunContext:
     shape: Dict[str, Tuple[int, int]] = field(default_factory=dict)  # {type: (layers, heads)}
     conllu_index: object = None  # stats.syntax.ConlluIndex with --conllu
     subset: Optional[str] = None  # the subset scored (a PROBES metric may read its blocks again)
+    token_counts: object = None  # token_counts.TokenCounts, once a metric asked for them
 
 
 def bootstrap(run: RunContext) -> Dict[str, int]:

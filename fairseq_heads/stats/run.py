@@ -23,9 +23,10 @@ from ..checkpoints import (
     load_model_and_task,
     load_state,
     place_model,
-    set_task_option,
+    apply_lm_blocks,
 )
 from ..heads import ATTENTION_TYPES, iter_attention
+from ..precision import autocast
 from .agreement import agreement_report
 from .collect import Collector
 from .options import StatsOptions, check_options, options_for_model
@@ -76,12 +77,15 @@ def check_inputs(out_dir: str, checkpoint: str, conllu: Optional[str] = None) ->
 
 
 def load_model(checkpoint: str, data_bin: str, source_lang: Optional[str] = None,
-               target_lang: Optional[str] = None, sentence_blocks: bool = False):
+               target_lang: Optional[str] = None, sentence_blocks: bool = False,
+               break_mode: Optional[str] = None, block_start: Optional[str] = None):
     """(model in eval mode, task): a translation checkpoint (encoder-decoder) or a decoder-only
     language model (`--task language_modeling`), reading its data from `data_bin`.
 
-    sentence_blocks: an LM's task reads the subset with `--sample-break-mode eos`, one line a
-    block, whatever it was trained with (gold parses are per sentence; translation unaffected)."""
+    An LM's blocks are read as the model was trained (`checkpoints.apply_lm_blocks`: the break
+    mode and block start it records, e.g. an import's one document a block from <s>), or as
+    `break_mode` / `block_start` say. sentence_blocks: `--sample-break-mode eos`, one line a
+    block, whatever else is asked (gold parses are per sentence; translation unaffected)."""
     from fairseq.models import FairseqEncoderDecoderModel
     from fairseq.tasks import TASK_REGISTRY
     from fairseq.tasks.language_modeling import LanguageModelingTask
@@ -98,8 +102,10 @@ def load_model(checkpoint: str, data_bin: str, source_lang: Optional[str] = None
         raise StatsError(f"{checkpoint}: neither a translation model nor a language model (its "
                          f"task is {task_name!r}); stats needs a translation or language_modeling "
                          f"checkpoint")
-    if sentence_blocks and issubclass(task_class, LanguageModelingTask):
-        set_task_option(state, "sample_break_mode", LM_SENTENCE_BREAK_MODE)
+    try:
+        apply_lm_blocks(state, LM_SENTENCE_BREAK_MODE if sentence_blocks else break_mode, block_start)
+    except ValueError as error:
+        raise StatsError(str(error)) from None
     try:
         model, task = load_model_and_task(checkpoint, state=state)
     except Exception as error:  # fairseq fails in many ways on mismatched data; name the inputs
@@ -112,6 +118,12 @@ def load_model(checkpoint: str, data_bin: str, source_lang: Optional[str] = None
         raise StatsError(f"{checkpoint}: no fairseq attention blocks in {type(model).__name__}")
     model.eval()
     return model, task
+
+
+def block_start_of(model) -> str:
+    """What an LM reads at a block's first position: <s> (bos, gated_llama --block-start bos) or
+    fairseq's </s> (eos)."""
+    return getattr(getattr(model, "decoder", None), "block_start", "eos")
 
 
 def head_shape(model) -> Dict[str, Tuple[int, int]]:
@@ -260,7 +272,8 @@ def compute_head_statistics(data_bin: str, checkpoint: str, subset: str,
     options = options or StatsOptions()
     check_options(options)
     model, task = load_model(checkpoint, data_bin, options.source_lang, options.target_lang,
-                             sentence_blocks=bool(options.conllu))
+                             sentence_blocks=bool(options.conllu),
+                             break_mode=options.sample_break_mode, block_start=options.block_start)
     language_model = is_language_model(model)
     options = options_for_model(options, language_model)
     use_cuda = place_model(model, options.cpu)
@@ -276,14 +289,16 @@ def compute_head_statistics(data_bin: str, checkpoint: str, subset: str,
                                max_positions(task, model))
         progress = batch_iterator(task, model, dataset, subset, options)
         collector = Collector(run)
-        _collect(collector, progress, use_cuda)
+        with autocast(options.autocast, "cuda" if use_cuda else "cpu"):
+            _collect(collector, progress, use_cuda)
     finally:
         if run.conllu_index is not None:
             run.conllu_index.close()
     if collector.num_sentences != len(dataset):
         raise StatsError(f"only {collector.num_sentences} of {len(dataset)} sentences of "
                          f"{subset!r} were scored")
-    collector.probe()
+    with autocast(options.autocast, "cuda" if use_cuda else "cpu"):
+        collector.probe()
     outcomes = collector.finalize()
     meta = {
         "checkpoint": os.path.abspath(checkpoint),
@@ -298,14 +313,16 @@ def compute_head_statistics(data_bin: str, checkpoint: str, subset: str,
         "layout": {t: list(s) for t, s in shape.items()},
         "pruned_types": empty_attention_types(model),  # {type: layers}, 0 heads in each
         "gated": gates is not None,
+        "autocast": options.autocast,
         "lrp_normalise": options.lrp_normalise,
         "grad_normalise": options.grad_normalise,
         "offsets": list(options.offsets),
         "thresholds": dataclasses.asdict(options.thresholds),
         "bootstrap": {"replicates": options.replicates, "seed": options.seed, "confidence": 0.95},
         "conllu": os.path.abspath(options.conllu) if options.conllu else None,
-        # an LM's blocks: the checkpoint's break mode, or eos (one line a block) with --conllu
-        **({"sample_break_mode": str(task_option(task, "sample_break_mode"))} if language_model else {}),
+        # an LM's blocks: as the model records (apply_lm_blocks) or asked; eos with --conllu
+        **({"sample_break_mode": str(task_option(task, "sample_break_mode")),
+            "block_start": block_start_of(model)} if language_model else {}),
         **metric_meta(run, outcomes),
     }
     table = build_table(run, outcomes, gates, meta)

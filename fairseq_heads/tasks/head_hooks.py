@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import torch.distributed as dist
+from fairseq.dataclass import ChoiceEnum
 from omegaconf import II
 
 from ..convergence import (
@@ -28,6 +29,7 @@ from ..convergence import (
 from ..files import write_text_atomic
 from ..gating.head_masks import apply_head_mask, load_head_mask
 from ..models.gated_transformer import iter_gates
+from ..precision import AUTOCAST_CHOICES, AUTOCAST_HELP, autocast, check_autocast, model_device_type
 
 
 @dataclass
@@ -70,6 +72,8 @@ class HeadHooksConfig:
         metadata={"help": "relative valid-loss change below which --stop-on-plateau counts a "
                           "validation as unchanged"},
     )
+    autocast: ChoiceEnum(AUTOCAST_CHOICES) = field(
+        default="none", metadata={"help": AUTOCAST_HELP + "; training, validation and generation"})
 
 
 def worker_rank() -> int:
@@ -229,6 +233,7 @@ class HeadHooksMixin:
         self.validations: list = []  # this run's Validation records (and a resumed run's before)
         self.converged = None  # the Validation at which --stop-on-plateau fired
         self._earlier_losses: list = []  # a resumed run's valid losses before its checkpoint
+        check_autocast(str(getattr(options, "autocast", "none") or "none"))
         if options.stop_on_plateau:
             check_rule(options.stop_on_plateau, options.plateau_loss_tolerance)
         if options.stop_on_plateau or options.validation_trace:
@@ -265,7 +270,22 @@ class HeadHooksMixin:
                 self._earlier_losses = [r.loss for r in self.validations]  # for fairseq's --patience
                 if rank == 0:
                     trim_validation_trace(validation_trace, update_num)
-        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+        # the backward runs inside too: autocast leaves it alone (each backward op takes the
+        # dtype its forward op had), and fairseq's train_step does forward and backward in one call
+        with self._autocast(model):
+            return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+
+    def valid_step(self, sample, model, criterion):
+        with self._autocast(model):
+            return super().valid_step(sample, model, criterion)
+
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        with self._autocast(models[0]):
+            return super().inference_step(generator, models, sample, prefix_tokens, constraints)
+
+    def _autocast(self, model):
+        """--autocast's context for a pass of `model` (precision.py)."""
+        return autocast(str(getattr(self.head_options, "autocast", "none") or "none"), model_device_type(model))
 
     def _write_gate_probabilities(self, model, update_num: int, rank: int) -> None:
         """P(open) per head to TensorBoard every --log-interval updates, labelled as the gate

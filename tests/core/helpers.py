@@ -9,6 +9,8 @@ from fairseq import options, tasks
 
 import fairseq_heads  # noqa: F401  (registers model, criterion, task)
 
+from .rounding import magnitude, sum_tolerance
+
 USER_DIR = os.path.dirname(os.path.abspath(fairseq_heads.__file__))
 BIN_DIR = os.path.dirname(sys.executable)
 
@@ -26,6 +28,19 @@ TINY_SIZES = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed
               "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
               "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4",
               "--decoder-attention-heads", "4"]
+TINY_WIDEST_SUM = 64  # TINY_SIZES' FFN width: the widest sum inside such a model
+
+
+def reordered_tolerance(reference: torch.Tensor, widest_sum: int = TINY_WIDEST_SUM) -> float:
+    """How far two float32 evaluations of one tiny model (TINY_SIZES or the LM tests' d=32 /
+    FFN 64) may be apart when they differ only in the order of their sums (fewer heads after
+    pruning, gates folded or reloaded, another attention kernel): the rounding bound of the
+    widest sum (tests/core/rounding.py) at the scale of the outputs compared. For log-probs the
+    widest sum may be the log-sum-exp over the vocabulary: pass max(TINY_WIDEST_SUM, vocab).
+    ~5e-5 for |log p| ~ 6; any semantic difference (a wrong head, mask or cache step) moves the
+    outputs by more than 1e-3. (model_rounding_tolerance in rounding.py is the worst case
+    over every sum of the model, for kernels that differ in kind.)"""
+    return sum_tolerance(torch.float32, widest_sum, magnitude(reference))
 
 
 def build_model(data_dir, arch: str, extra: List[str] = (), task: str = "translation_heads"):

@@ -34,13 +34,19 @@ def magnitude(reference: torch.Tensor) -> float:
     return max(1.0, float(finite.abs().max())) if finite.numel() else 1.0
 
 
+def sum_tolerance(dtype: torch.dtype, terms: int, scale: float) -> float:
+    """Largest difference between two orders of one sum of `terms` terms whose magnitudes add
+    up to `scale`: 2 gamma_n * scale ~= n * eps * scale (module doc). Also the bound for a chain
+    of `terms` roundings of O(scale) values (elementwise formulas evaluated two ways)."""
+    return terms * torch.finfo(dtype).eps * scale
+
+
 def rounding_tolerance(dtype: torch.dtype, reduction_lengths, scale: float) -> float:
     """Largest difference rounding can make between two orders of the same attention sums
     (module doc): eps * sum(n) * 4 * scale for float32 / float64, 8 eps * scale for bfloat16."""
-    eps = torch.finfo(dtype).eps
     if dtype == torch.bfloat16:
-        return BF16_ROUNDINGS * eps * scale
-    return eps * sum(reduction_lengths) * ATTENTION_MAGNITUDE_FACTOR * scale
+        return BF16_ROUNDINGS * torch.finfo(dtype).eps * scale
+    return sum_tolerance(dtype, sum(reduction_lengths), ATTENTION_MAGNITUDE_FACTOR * scale)
 
 
 def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:

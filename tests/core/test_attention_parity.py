@@ -44,6 +44,8 @@ from fairseq_heads.gating.gated_attention import (
 
 from .rounding import magnitude, max_difference, one_thread, rounding_tolerance  # noqa: F401
 
+pytestmark = pytest.mark.numerics  # also run under other CPU kernel sets: make test-kernels
+
 EMBED, HEADS, HEAD_DIM = 16, 4, 4
 TGT_LEN, SRC_LEN, BSZ = 5, 6, 3
 KDIM, VDIM = 12, 20

@@ -7,7 +7,7 @@ import pytest
 from fairseq_heads.cli import build_parser, main
 
 MODEL_COMMANDS = ("stats", "curve", "lm-result")
-OPTIONS = ("--cpu", "--max-tokens", "--batch-size")
+OPTIONS = ("--cpu", "--max-tokens", "--batch-size", "--autocast")
 
 
 def subparsers():
@@ -45,9 +45,12 @@ def test_the_commands_keep_their_batch_defaults():
 
 
 @pytest.mark.parametrize("command", MODEL_COMMANDS)
-@pytest.mark.parametrize("option,value", [("--batch-size", "0"), ("--max-tokens", "many")])
-def test_a_bad_batch_limit_exits_2_in_one_line_before_loading_anything(command, option, value, tmp_path,
-                                                                        capsys):
+@pytest.mark.parametrize("option,value,message", [
+    ("--batch-size", "0", "--batch-size: expected a whole number >= 1, got '0'"),
+    ("--max-tokens", "many", "--max-tokens: expected a whole number >= 1, got 'many'"),
+    ("--autocast", "fp8", "--autocast: expected one of none, bf16, got 'fp8'")])
+def test_a_bad_device_option_exits_2_in_one_line_before_loading_anything(command, option, value, message, tmp_path,
+                                                                         capsys):
     missing = str(tmp_path / "no_such_checkpoint.pt")  # never reached: the option fails first
     argv = {"stats": ["stats", str(tmp_path), "--path", missing, "--out-dir", str(tmp_path / "out")],
             "curve": ["curve", str(tmp_path), "--path", missing, "--scores", missing, "--metric",
@@ -56,6 +59,5 @@ def test_a_bad_batch_limit_exits_2_in_one_line_before_loading_anything(command, 
                           str(tmp_path / "result.json"), "--name", "x", "--kind", "baseline"]}[command]
     assert main([*argv, option, value]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines == [f"fairseq-heads {command}: error: {option}: expected a whole number >= 1, "
-                     f"got {value!r}"]
+    assert lines == [f"fairseq-heads {command}: error: {message}"]
     assert list(tmp_path.iterdir()) == []

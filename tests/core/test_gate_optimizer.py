@@ -10,6 +10,8 @@ from fairseq_heads.gating.hard_concrete import is_gate_parameter
 
 from .helpers import TINY_SIZES, USER_DIR, write_dictionaries
 
+pytestmark = pytest.mark.numerics  # also run under other CPU kernel sets: make test-kernels
+
 LR, GATE_LR_SCALE = 1e-3, 100.0
 
 

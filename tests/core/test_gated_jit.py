@@ -17,6 +17,8 @@ from fairseq_heads.heads import iter_attention
 from .helpers import build_model, random_batch, write_dictionaries
 from .rounding import max_difference, model_rounding_tolerance, one_thread  # noqa: F401
 
+pytestmark = pytest.mark.numerics  # also run under other CPU kernel sets: make test-kernels
+
 ALL_TYPES = "enc-self,dec-self,enc-dec"
 
 

@@ -12,6 +12,10 @@ from fairseq_heads.gating.hard_concrete import (
     sample_gates,
 )
 
+from .rounding import sum_tolerance
+
+pytestmark = pytest.mark.numerics  # also run under other CPU kernel sets: make test-kernels
+
 LOW, HIGH, TEMP = -0.1, 1.1, 1.0 / 3.0
 
 
@@ -55,9 +59,11 @@ def test_penalty_gradient_reaches_log_alpha_and_pushes_gates_closed():
     gate.expected_l0().backward()
     assert gate.log_alpha.grad is not None
     assert torch.all(gate.log_alpha.grad > 0)  # descending the penalty lowers log-alpha
-    # closed form derivative of sigmoid(a - c): p (1 - p)
-    p = prob_nonzero(torch.tensor(1.0), TEMP, LOW, HIGH)
-    assert torch.allclose(gate.log_alpha.grad, (p * (1 - p)).expand(4), atol=1e-6)
+    # closed form derivative of sigmoid(a - c): p (1 - p), in float64; the float32 gradient is a
+    # chain of a few elementwise roundings of values <= 1 (log, sigmoid, its derivative)
+    p = prob_nonzero(torch.tensor(1.0, dtype=torch.float64), TEMP, LOW, HIGH)
+    difference = (gate.log_alpha.grad.double() - p * (1 - p)).abs().max()
+    assert difference <= sum_tolerance(torch.float32, 8, 1.0)
 
 
 def test_sample_gradient_reaches_log_alpha():

@@ -6,7 +6,7 @@ from fairseq import checkpoint_utils
 
 from fairseq_heads.models.gated_transformer import open_heads_per_type
 
-from .helpers import BIN_DIR, USER_DIR, run_cli
+from .helpers import BIN_DIR, USER_DIR, reordered_tolerance, run_cli
 
 
 def test_gated_lm_trains_prunes_and_equals_plain_lm_when_open(toy_data_bin, tmp_path):
@@ -41,4 +41,5 @@ def test_gated_lm_trains_prunes_and_equals_plain_lm_when_open(toy_data_bin, tmp_
         layer.self_attn.gate.fix(torch.ones(4))
     tokens = torch.tensor([[2, 11, 25, 7, 40, 9]])
     with torch.no_grad():
-        assert (model.eval()(tokens)[0] - plain.eval()(tokens)[0]).abs().max() <= 1e-5
+        expected = plain.eval()(tokens)[0]  # logits: open gates, another attention path
+        assert (model.eval()(tokens)[0] - expected).abs().max() <= reordered_tolerance(expected)

@@ -39,7 +39,7 @@ def test_the_gpu_scale_is_the_paper_size_model_and_toy_runs_on_cpu():
     assert (base.model.layers, base.model.dim, base.model.heads, base.model.ffn) == (6, 512, 8, 2048)
     assert base.train.minutes >= 5 and base.train.fp16 and not base.cpu
     assert base.stats.subset == "valid" and base.l0.control and len(base.l0.encoder_lambdas) == 2
-    assert TOY.cpu and RECIPES["europarl_en_it"] == {"toy": TOY, "gpu": EUROPARL_BASE_GPU}
+    assert TOY.cpu and RECIPES["europarl_en_it"]["toy"] == TOY and RECIPES["europarl_en_it"]["gpu"] == EUROPARL_BASE_GPU
 
 
 def test_every_registered_recipe_and_scale_builds_its_steps_with_keys():
@@ -56,7 +56,9 @@ def test_every_recipe_with_a_protocol_section_builds_under_the_converged_protoco
     # models the converged protocol replaces
     for name, scales in RECIPES.items():
         for scale, config in scales.items():
-            if hasattr(config, "converged"):
+            l0 = getattr(config, "l0", None)  # (hf_translation --scale cpu: no L0 sweep, no converged models)
+            sweep = l0 is None or any(getattr(l0, f, ()) for f in ("lambdas", "encoder_lambdas", "all_lambdas"))
+            if hasattr(config, "converged") and sweep:
                 steps = recipe_steps(apply_overrides(config, ["converged.seeds=1,2"]), "/data", "/user_dir")
                 assert any(step.name.endswith("_conv_s2") for step in steps), (name, scale)
                 assert set(compute_keys(steps)) == {step.name for step in steps}, (name, scale)
@@ -65,7 +67,8 @@ def test_every_recipe_with_a_protocol_section_builds_under_the_converged_protoco
 def test_steps_that_do_not_fit_together_are_a_one_line_error_naming_the_recipe_and_its_sets(monkeypatch):
     import argparse
 
-    from fairseq_heads.pipeline import command, recipes
+    from fairseq_heads.commands import recipe as recipe_command
+    from fairseq_heads.pipeline import recipes
     from fairseq_heads.pipeline.runner import Step
 
     monkeypatch.setattr(recipes, "recipe_steps", lambda *_: [Step("b", "b", {}, inputs=("a",), call=print),
@@ -73,13 +76,13 @@ def test_steps_that_do_not_fit_together_are_a_one_line_error_naming_the_recipe_a
     args = argparse.Namespace(recipe="lm_english", scale="toy", overrides=["train.seed=2"], data_root="/data",
                               pack=None, only=None, jobs=1, results="/nowhere", dry_run=True)
     with pytest.raises(CommandError) as error:
-        command.build_runner(args)
+        recipe_command.build_runner(args)
     assert str(error.value) == "recipe lm_english --scale toy --set train.seed=2: step b reads a, not declared before it"
 
 
 def test_recipe_json_keeps_the_sets_of_the_earlier_invocations_on_the_same_results_folder(tmp_path):
     """The converged folder grows by re-runs with other --sets; its recipe.json says how each ran."""
-    from fairseq_heads.pipeline.command import earlier_overrides
+    from fairseq_heads.pipeline.recipe_json import earlier_overrides
 
     recipe_json = tmp_path / "recipe.json"
     assert earlier_overrides(str(recipe_json), ["converged.seeds=1"]) == []
@@ -220,8 +223,65 @@ def test_an_lm_baseline_trained_to_patience_keys_and_runs_as_the_scratch_side_do
     assert before["data"] == after["data"] and before["baseline"] != after["baseline"]
     steps = {s.name: s for s in recipe_steps(LM_MARKOV_CONVERGED_START, "/data", "/user_dir")}
     baseline = steps["baseline"]
-    argv = [str(a) for a in baseline.command(StepContext(baseline, "/r", "/r/models/baseline.partial", "/r/log", False))]
+    argv = [str(a) for a in baseline.argv(StepContext(baseline, "/r", "/r/models/baseline.partial", "/r/log", False))]
     v = LM_MARKOV_CONVERGED_START.converged
     at = argv.index("--patience")
     assert argv[at + 1] == str(v.patience) and argv[argv.index("--validate-interval-updates") + 1] == str(v.validate_updates)
     assert argv[len(argv) - 1 - argv[::-1].index("--max-update") + 1] == str(v.scratch_max_updates)
+
+
+@pytest.mark.parametrize("config", [TOY, MULTI30K_CONVERGED, LM_TOY, LM_MARKOV_CONVERGED])
+def test_autocast_keys_every_step_that_runs_a_model_and_none_keeps_the_old_keys(config):
+    """--set autocast=bf16 re-runs each step that trains or scores a model (not the data); the fp32
+    default adds nothing to a key, so that results folders made before the option keep theirs."""
+    before, after = keys(config), keys(config, "autocast=bf16")
+    assert keys(config, "autocast=none") == before
+    changed = {name for name in before if before[name] != after[name]}
+    assert "data" not in changed
+    assert {"baseline", "stats", "report"} <= changed
+    steps = recipe_steps(apply_overrides(config, ["autocast=bf16"]), "/data", "/user_dir")
+    assert all('"autocast": "bf16"' in json.dumps(step.settings) for step in steps if step.name in ("baseline", "stats"))
+
+
+def test_the_formation_step_reads_the_baselines_kept_checkpoints_and_keeps_no_key_of_their_number():
+    from fairseq_heads.pipeline.recipes import EUROPARL_CPU
+
+    steps = {s.name: s for s in recipe_steps(EUROPARL_CPU, "/data", "/user_dir")}
+    assert steps["formation"].inputs == ("data", "syntax_data", "baseline")
+    assert EUROPARL_CPU.train.keep_checkpoints == -1 and EUROPARL_CPU.train.validate_updates
+    # how many checkpoints a run keeps changes no result: not in the baseline's key
+    assert keys(EUROPARL_CPU)["baseline"] == keys(EUROPARL_CPU, "train.keep_checkpoints=1")["baseline"]
+    assert "formation" not in keys(EUROPARL_CPU, "formation.enabled=false")
+    assert keys(EUROPARL_CPU)["formation"] != keys(EUROPARL_CPU, "formation.bleu_sentences=100")["formation"]
+
+
+@pytest.mark.parametrize("config", [TOY, MULTI30K_CONVERGED])
+def test_pre_norm_reaches_every_translation_training_and_post_norm_keeps_the_old_keys(config):
+    """model.normalize_before=true puts fairseq's pre-norm options on the baseline's and each L0
+    model's command and re-runs what they feed, not the data; false (post-norm, fairseq's
+    default) adds nothing to a key, so results made before the option stay done."""
+    from fairseq_heads.pipeline.runner import StepContext
+
+    def training_argvs(assignments):
+        argvs = {}
+        for s in recipe_steps(apply_overrides(config, assignments), "/data", "/user_dir"):
+            if s.argv is None:
+                continue
+            try:
+                argv = s.argv(StepContext(s, "/r", f"/r/{s.name}.partial", "/r/log", False))
+            except FileNotFoundError:  # a command line built from an earlier step's files
+                continue
+            argvs[s.name] = [str(a) for a in argv]
+        return argvs
+
+    before, after = keys(config), keys(config, "model.normalize_before=true")
+    assert keys(config, "model.normalize_before=false") == before
+    assert all("normalize_before" not in json.dumps(s.settings)
+               for s in recipe_steps(config, "/data", "/user_dir"))
+    changed = {name for name in before if before[name] != after[name]}
+    assert "data" not in changed and {"baseline", "stats", "report"} <= changed
+    pre, post = training_argvs(["model.normalize_before=true"]), training_argvs([])
+    assert pre and set(pre) == set(post)
+    for name, argv in pre.items():
+        assert "--encoder-normalize-before" in argv and "--decoder-normalize-before" in argv, name
+        assert "--encoder-normalize-before" not in post[name] and "--decoder-normalize-before" not in post[name]

@@ -40,7 +40,7 @@ def test_each_side_is_measured_against_its_own_full_layout():
     assert [(q["trained"]["name"], q["full_scratch"]["name"]) for q in quadruples] == [
         ("l0_0.5_conv_s1", "scratch_l0_0_conv_s1"), ("l0_0.5_conv_s2", "scratch_l0_0_conv_s2")]
     rows = advantage_rows(quadruples)
-    assert rows[0][:3] == ["0.5", 1, "3/8"] and rows[1][:2] == ["0.5", 2]
+    assert rows[0][:3] == ["0.5", "1", "3/8"] and rows[1][:2] == ["0.5", "2"]
     assert rows[0][7:] == pytest.approx([10.0, 20.0, 10.0])
     assert rows[1][7:] == pytest.approx([20.0, 10.0, -10.0])
     # Student's t over the two seeds: costs 10 and 20 (sd 5·√2), ±t_1(0.975)·5 = ±63.5 points;

@@ -110,7 +110,7 @@ for update in range(done + 1, 6):
 def training(stop_at, lr=1.0):
     def command(context):
         return [sys.executable, "-c", TRAIN, context.out, str(stop_at)]
-    return Step("train", "model", {"lr": lr}, command=command, resumable=True)
+    return Step("train", "model", {"lr": lr}, argv=command, resumable=True)
 
 
 def test_a_resumable_step_goes_on_from_where_it_stopped_under_the_same_key(tmp_path, capsys):
@@ -151,7 +151,7 @@ sys.exit(1)
 
 def test_command_steps_run_side_by_side_with_jobs(tmp_path):
     def step(name, other):
-        return Step(name, name, command=lambda context: [sys.executable, "-c", RENDEZVOUS, context.out,
+        return Step(name, name, argv=lambda context: [sys.executable, "-c", RENDEZVOUS, context.out,
                                                           f"{name}.started", f"{other}.started"])
     assert Runner([step("a", "b"), step("b", "a")], tmp_path, jobs=2).run() == []
 
@@ -166,7 +166,7 @@ def test_list_order_is_priority_a_ready_call_runs_before_later_listed_commands(t
     # a -> mask (a call) -> fixed; "other" reads nothing but is listed last. When a finishes, the
     # one slot goes to fixed (after its mask), not to other, though other was ready first
     def command(name, inputs=()):
-        return Step(name, name, inputs=inputs, command=lambda context: [sys.executable, "-c", "pass"])
+        return Step(name, name, inputs=inputs, argv=lambda context: [sys.executable, "-c", "pass"])
 
     def write_mask(context):
         with open(os.path.join(context.out, "head_mask.json"), "w") as f:
@@ -196,11 +196,11 @@ def test_a_step_that_runs_alone_waits_for_every_other_step_and_none_starts_besid
         seen.append(sorted(p.name for p in tmp_path.glob("*.running")))
 
     def training(name):
-        return Step(name, name, command=lambda context: [sys.executable, "-c", RUNNING,
+        return Step(name, name, argv=lambda context: [sys.executable, "-c", RUNNING,
                                                           str(tmp_path / f"{name}.running")])
 
     steps = [Step("timing", "timing", call=timing, alone=True), training("a"), training("b")]
     assert Runner(steps, tmp_path / "r", jobs=2).run() == []
     assert seen == [[]] and ran(capsys)[-1] == "timing"
     with pytest.raises(ValueError, match="only a call step runs alone"):
-        Step("x", "x", command=lambda context: ["true"], alone=True)
+        Step("x", "x", argv=lambda context: ["true"], alone=True)

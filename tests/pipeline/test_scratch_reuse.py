@@ -26,8 +26,8 @@ def test_only_the_control_of_the_baselines_seed_on_its_schedule_is_the_baseline(
         assert not baseline_is_full_scratch(changed, 0.0, 1)
     steps = {s.name: s for s in recipe_steps(c, "/data", "/user_dir")}
     reused, trained = steps["scratch_all_l0_0_conv_s1"], steps["scratch_all_l0_0.005_conv_s1"]
-    assert reused.call is not None and reused.command is None and "baseline" in reused.inputs
-    assert trained.command is not None and "baseline" not in trained.inputs
+    assert reused.call is not None and reused.argv is None and "baseline" in reused.inputs
+    assert trained.argv is not None and "baseline" not in trained.inputs
 
 
 def test_the_reused_model_is_the_baselines_best_checkpoint_and_its_logged_validations(tmp_path):
@@ -88,7 +88,7 @@ def test_the_lm_recipe_reuses_its_baseline_where_it_was_trained_to_patience_on_t
 
     start = {s.name: s for s in recipe_steps(LM_MARKOV_CONVERGED_START, "/data", "/user_dir")}
     assert start["scratch_l0_0_conv_s1"].call is not None and "baseline" in start["scratch_l0_0_conv_s1"].inputs
-    assert start["scratch_l0_0_conv_s2"].command is not None          # another seed trains its own
-    assert start["scratch_l0_0.5_conv_s1"].command is not None        # a pruned layout too
+    assert start["scratch_l0_0_conv_s2"].argv is not None          # another seed trains its own
+    assert start["scratch_l0_0.5_conv_s1"].argv is not None        # a pruned layout too
     fixed = {s.name: s for s in recipe_steps(LM_MARKOV_CONVERGED, "/data", "/user_dir")}
-    assert fixed["scratch_l0_0_conv_s1"].command is not None           # a baseline of 2,000 fixed updates
+    assert fixed["scratch_l0_0_conv_s1"].argv is not None           # a baseline of 2,000 fixed updates

@@ -12,7 +12,9 @@ from fairseq_heads.heads import iter_attention
 from fairseq_heads.pruning import HeadlessAttention, HeadPruningError, head_layout, physically_prune
 from fairseq_heads.pruning.physical import count_parameters, head_layout_json
 
-from core.helpers import build_model, random_batch, write_dictionaries
+from core.helpers import TINY_WIDEST_SUM, build_model, random_batch, reordered_tolerance, write_dictionaries
+
+pytestmark = pytest.mark.numerics  # also run under other CPU kernel sets: make test-kernels
 
 ALL_TYPES = "enc-self,dec-self,enc-dec"
 PARTIAL_AND_EMPTY = torch.tensor([[1, 0, 1, 1], [0, 0, 0, 0]], dtype=torch.bool)  # layer 1: no heads
@@ -45,12 +47,13 @@ def beam_search(model, src, lengths, beam=3):
 def assert_same_function(reference, pruned, vocab):
     src, lengths, prev = random_batch(vocab, bsz=4, src_len=9, tgt_len=8, seed=3)
     expected = full_lprobs(reference, src, lengths, prev)
-    assert (full_lprobs(pruned, src, lengths, prev) - expected).abs().max() <= 1e-5
-    assert (incremental_lprobs(pruned, src, lengths, prev) - expected).abs().max() <= 1e-5
+    tolerance = reordered_tolerance(expected, max(TINY_WIDEST_SUM, vocab))  # float32, fewer heads
+    assert (full_lprobs(pruned, src, lengths, prev) - expected).abs().max() <= tolerance
+    assert (incremental_lprobs(pruned, src, lengths, prev) - expected).abs().max() <= tolerance
     tokens, scores = beam_search(pruned, src, lengths)
     expected_tokens, expected_scores = beam_search(reference, src, lengths)
     assert tokens == expected_tokens
-    assert (scores - expected_scores).abs().max() <= 1e-5
+    assert (scores - expected_scores).abs().max() <= tolerance
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from fairseq_heads.checkpoints import model_options as checkpoint_model_options
 from fairseq_heads.pruning.checkpoint import build_model_from_state
 from fairseq_heads.pruning.curve import corpus_bleu, translate
 
-from core.helpers import USER_DIR, random_batch, run_cli
+from core.helpers import TINY_WIDEST_SUM, USER_DIR, random_batch, reordered_tolerance, run_cli
 
 from .conftest import TARGET
 
@@ -93,7 +93,7 @@ def test_plain_transformer_from_importance_becomes_a_smaller_gated_transformer(
     with torch.no_grad():
         a = masked.get_normalized_probs(masked(src, lengths, prev), log_probs=True)
         b = model.get_normalized_probs(model(src, lengths, prev), log_probs=True)
-    assert (a - b).abs().max() <= 1e-5
+    assert (a - b).abs().max() <= reordered_tolerance(a, max(TINY_WIDEST_SUM, a.size(-1)))
 
 
 @pytest.mark.parametrize("request_args, message", [

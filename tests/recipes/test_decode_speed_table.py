@@ -54,8 +54,8 @@ def test_each_model_beside_its_own_control_and_its_speed_file():
     score = {name: BLEU().corpus_score(h, [r]).score for name, (h, r) in given.items()}
     table = decode_speed_table(RESULTS, given, SPEEDS, samples=200)
     rows = [dict(zip(table.columns, row)) for row in table.rows]
-    assert [(r["model"], r["seed"]) for r in rows] == [("enc_l0_0.01_conv_s1", 1), ("enc_l0_0.01_conv_s2", 2),
-                                                      ("enc_l0_0.01_conv_s3", 3)]
+    assert [(r["model"], r["seed"]) for r in rows] == [("enc_l0_0.01_conv_s1", "1"), ("enc_l0_0.01_conv_s2", "2"),
+                                                      ("enc_l0_0.01_conv_s3", "3")]
     for row, seed in zip(rows[:2], (1, 2)):
         expected = score[f"enc_l0_0.01_conv_s{seed}"] - score[f"enc_l0_0_conv_s{seed}"]
         assert row["Δ vs its control"] == pytest.approx(expected)

@@ -18,6 +18,7 @@ def pair(seed, l0_kept, heuristic_kept):
                              from_model=l0["name"])
     for result in (l0, heuristic):
         result.update(seed=seed, protocol="converged")
+    heuristic["metric"] = "grad"
     return [l0, heuristic]
 
 

@@ -10,6 +10,7 @@ from sacrebleu.metrics import BLEU
 from fairseq_heads.report import layout, tables
 from fairseq_heads.report.build import build_report, load_inputs, write_l0_points
 from fairseq_heads.report.model_result import kept_heads, parse_generate_output, sacrebleu_score
+from fairseq_heads.report.settings_migration import legacy_phase_settings
 
 from .hand_made_results import (AGREEMENT, CURVE, HEADS, RESULTS, model_result, trace_records,
                                 write_results_dir)
@@ -343,7 +344,7 @@ def test_per_lambda_columns_say_their_protocol_when_the_headline_mixes_them():
 
 def test_trained_vs_scratch_per_seed_with_intervals_and_updates():
     table = tables.trained_vs_scratch_table(CONVERGED_RESULTS, translations_of(CONVERGED_RESULTS), samples=200)
-    assert [r[:5] for r in table.rows] == [["λ=1", 1, "7/12", 25.0, 22.0], ["λ=1", 2, "7/12", 24.0, 23.5]]
+    assert [r[:5] for r in table.rows] == [["λ=1", "1", "7/12", 25.0, 22.0], ["λ=1", "2", "7/12", 24.0, 23.5]]
     first, second = table.rows
     # seed 1: scratch drops more words (worse), seed 2: fewer (better)
     assert first[5] < 0 and first[6] <= first[5] <= first[7]
@@ -371,7 +372,7 @@ def test_pruning_cost_measures_each_side_against_its_own_full_layout():
     table = tables.pruning_cost_table(results, translations, samples=200)
     # one row per seed of the λ=1 layout (seed 2 is measured against seed 1's control and its
     # full scratch model, the only ones), then their mean; the λ=0 pair itself is no row
-    assert [row[:5] for row in table.rows] == [["λ=1", 1, "7/12", 26.0, 27.0], ["λ=1", 2, "7/12", 26.0, 27.0],
+    assert [row[:5] for row in table.rows] == [["λ=1", "1", "7/12", 26.0, 27.0], ["λ=1", "2", "7/12", 26.0, 27.0],
                                                ["λ=1", "mean of 1 2", "7/12 7/12", 26.0, 27.0]]
     score = {name: BLEU().corpus_score(h, [r]).score for name, (h, r) in translations.items()}
     mean = table.rows[2]
@@ -394,7 +395,7 @@ def test_pruning_cost_measures_each_side_against_its_own_full_layout():
               converged("scratch_all_l0_2_conv_s1", "from_scratch", 23.0, LAYOUT_1, 1,
                         from_model="all_l0_2_conv_s1", phases={"from_scratch": {"updates": 3100}})]
     both = tables.pruning_cost_table(results + second, translations_of(results + second), samples=200)
-    assert [row[:2] for row in both.rows] == [["λ=1", 1], ["λ=1", 2], ["λ=1", "mean of 1 2"], ["λ=2", 1],
+    assert [row[:2] for row in both.rows] == [["λ=1", "1"], ["λ=1", "2"], ["λ=1", "mean of 1 2"], ["λ=2", "1"],
                                               ["all layouts", "mean of 3 pairs"]]
     assert both.rows[:3] == table.rows  # one shared bootstrap: adding systems moves no interval
     assert both.rows[4][11] == pytest.approx((both.rows[0][11] + both.rows[1][11] + both.rows[3][11]) / 3)
@@ -407,7 +408,7 @@ def test_pruning_cost_measures_each_side_against_its_own_full_layout():
     assert half.rows == table.rows
     own = tables.pruning_cost_table(results + [control_2, scratch_2],
                                     translations_of(results + [control_2, scratch_2]), samples=200)
-    assert [row[:5] for row in own.rows] == [["λ=1", 1, "7/12", 26.0, 27.0], ["λ=1", 2, "7/12", 25.5, 26.5],
+    assert [row[:5] for row in own.rows] == [["λ=1", "1", "7/12", 26.0, 27.0], ["λ=1", "2", "7/12", 25.5, 26.5],
                                              ["λ=1", "mean of 1 2", "7/12 7/12", None, None]]
     summary = tables.seed_summary_table(results + second)
     assert [row[:4] for row in summary.rows] == [["λ=0", "1", 26.0, None], ["λ=1", "1 2", 24.5, 1.0],
@@ -463,20 +464,22 @@ def test_l0_models_are_also_compared_with_their_lambda_0_control():
     assert tables.control_model(control, results) is None
 
 
-def test_converged_names_give_their_settings():
-    assert layout.converged_model_settings("all_l0_0.02_conv_s2_glr100") == {
-        "name": "all_l0_0.02_conv_s2_glr100", "kind": "all_l0", "l0_lambda": 0.02, "seed": 2,
-        "protocol": "converged", "gate_lr_scale": 100.0}
-    assert layout.converged_model_settings("enc_l0_0_conv_s1")["kind"] == "encoder_l0"
-    assert layout.converged_model_settings("enc_l0_0_conv_s1")["gate_lr_scale"] is None
+def test_the_migration_reads_legacy_converged_names():
+    """settings_migration: the one reader of names, for folders from before the settings files."""
+    assert legacy_phase_settings("all_l0_0.02_conv_s2_glr100", 1000.0) == {
+        "name": "all_l0_0.02_conv_s2_glr100", "kind": "all_l0", "l0_lambda": 0.02, "protocol": "converged",
+        "seed": 2, "baseline_seed": 1, "gate_lr_scale": 100.0, "phase": "l0"}
+    assert legacy_phase_settings("enc_l0_0_conv_s1", 1000.0)["kind"] == "encoder_l0"
+    assert legacy_phase_settings("enc_l0_0_conv_s1", None)["gate_lr_scale"] is None
+    assert legacy_phase_settings("enc_l0_0.005_conv_s1_s2", None)["baseline_seed"] == 2
     for name in ("all_l0_0.02", "scratch_all_l0_0.02_conv_s1", "all_l0_x_conv_s1", "all_l0_0.02_conv_s1_l0"):
-        assert layout.converged_model_settings(name) is None
+        assert legacy_phase_settings(name, None) is None
 
 
 def test_an_l0_phase_without_a_result_yet_is_drawn_in_the_heads_dying_figure(tmp_path):
     """A converged run whose L0 phase has finished but whose fixed-mask phase and BLEU have not:
-    its trace (models/<model>_l0/) is in section 6, labelled as such, its gate lr from its name;
-    one still running (models/<model>_l0.partial/) is drawn as running, to its last record; a
+    its trace (models/<model>_l0/) is in section 6, labelled as such, its settings from the phase's
+    settings file (as the recipe writes it); one still running (models/<model>_l0.partial/) is drawn as running, to its last record; a
     phase whose model has a result is not read there (the result's own trace is)."""
     root = str(tmp_path / "phases")
     write_results_dir(root, results=CONVERGED_RESULTS)
@@ -489,8 +492,14 @@ def test_an_l0_phase_without_a_result_yet_is_drawn_in_the_heads_dying_figure(tmp
         os.makedirs(os.path.join(root, "models", folder))
         with open(os.path.join(root, "models", folder, "gate_trace.jsonl"), "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
+        name = folder.replace(".partial", "")[:-len("_l0")]
+        with open(os.path.join(root, "models", folder, layout.PHASE_SETTINGS), "w") as f:
+            json.dump(legacy_phase_settings(name, 1000.0), f)  # what the recipe's L0 step writes
     from fairseq_heads.report.build import load_inputs
 
+    os.makedirs(os.path.join(root, "models", "all_l0_3_conv_s1_l0"))  # a trace but no settings file: not read
+    with open(os.path.join(root, "models", "all_l0_3_conv_s1_l0", "gate_trace.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in trace_records())
     inputs = load_inputs(root)
     assert [(p["name"], p["gate_lr_scale"], p["phase"]) for p in inputs.l0_phases] == [
         ("all_l0_0.1_conv_s1_glr20", 20.0, "l0-running"), ("all_l0_0.5_conv_s1_glr10", 10.0, "l0"),

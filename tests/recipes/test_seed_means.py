@@ -98,7 +98,7 @@ def three_seeds():
         l0 = seeded("enc_l0_0.01", "encoder_l0", 0.0, ENC_2, 0.01, seed)
         results += [l0, seeded("enc_l0_0", "encoder_l0", 0.0, {}, 0.0, seed),
                     model_result(f"michel_grad_as_{l0['name']}", "heuristic", 0.0, ENC_2, from_model=l0["name"])]
-        results[-1].update(seed=seed, protocol="converged")
+        results[-1].update(seed=seed, protocol="converged", metric="grad")
     return results
 
 

@@ -77,10 +77,10 @@ def writes(text, fail=False):
 
 def test_command_steps_run_as_jobs_with_the_runners_keys_and_failures(tmp_path, fake_submitit, capsys):
     launch = submitit_launcher(str(tmp_path / "slurm"), slurm_parameters(["slurm_partition=gpu", "timeout_min=60"], cpu=False))
-    steps = [Step("train", "train", {"lr": 1}, command=writes("trained")),
-             Step("broken", "broken", {}, command=writes("half", fail=True)),
-             Step("score", "score", {}, inputs=("train",), command=writes("scored")),
-             Step("after_broken", "after", {}, inputs=("broken",), command=writes("never"))]
+    steps = [Step("train", "train", {"lr": 1}, argv=writes("trained")),
+             Step("broken", "broken", {}, argv=writes("half", fail=True)),
+             Step("score", "score", {}, inputs=("train",), argv=writes("scored")),
+             Step("after_broken", "after", {}, inputs=("broken",), argv=writes("never"))]
     assert Runner(steps, tmp_path, jobs=2, launch=launch).run() == ["broken", "after_broken"]
     (executor,) = fake_submitit
     assert executor.parameters == {"timeout_min": 60, "gpus_per_node": 1, "name": "fairseq-heads",

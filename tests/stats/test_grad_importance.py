@@ -9,6 +9,8 @@ from fairseq_heads.gating.attention_tensors import scale_heads
 from fairseq_heads.heads import iter_attention
 from tests.core.helpers import build_model, random_batch, write_dictionaries
 
+pytestmark = pytest.mark.numerics  # also run under other CPU kernel sets: make test-kernels
+
 PAD = 1
 
 

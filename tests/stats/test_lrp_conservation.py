@@ -15,6 +15,8 @@ from fairseq_heads.stats.metrics.lrp import (
 )
 from tests.core.helpers import build_model, random_batch, write_dictionaries
 
+pytestmark = pytest.mark.numerics  # also run under other CPU kernel sets: make test-kernels
+
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):

@@ -1,7 +1,7 @@
 """`fairseq-heads stats --rare-outside-top N` (the paper's rare-word filter, by frequency rank):
 the sentences it scores are exactly those whose rarest source token lies outside the N most
-frequent types of the source dictionary, counted here from dict.src.txt and the binarised
-valid set directly; bad ranks fail in one line, exit 2, before the work."""
+frequent types of the source side's training data (stats/token_counts.py), counted here from
+the binarised train and valid sets directly; bad ranks fail in one line, exit 2, before the work."""
 import json
 
 import pytest
@@ -12,13 +12,15 @@ QUICK = ["--cpu", "--log-format", "none", "--bootstrap-replicates", "5", "--max-
          "--metrics", "rare"]
 
 
-def dictionary_counts(path):
-    """{symbol: count} of a fairseq dict.txt (the training counts)."""
-    counts = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        symbol, count = line.rsplit(" ", 1)[0], line.rsplit(" ", 1)[1]
-        counts[symbol] = int(count)
-    return counts
+def training_counts(data_bin, dictionary):
+    """{symbol: count} of the source side's training tokens (0 for a type never seen)."""
+    from collections import Counter
+
+    from fairseq.data import data_utils
+
+    train = data_utils.load_indexed_dataset(str(data_bin / "train.src-tgt.src"), dictionary)
+    seen = Counter(int(t) for i in range(len(train)) for t in train[i])
+    return {dictionary[i]: seen.get(i, 0) for i in range(dictionary.nspecial, len(dictionary))}
 
 
 def sentences_outside_top(toy_data_bin, top_n):
@@ -26,10 +28,10 @@ def sentences_outside_top(toy_data_bin, top_n):
     from fairseq.data import Dictionary, data_utils
 
     data_bin = toy_data_bin.data_bin
-    counts = dictionary_counts(data_bin / "dict.src.txt")
+    dictionary = Dictionary.load(str(data_bin / "dict.src.txt"))
+    counts = training_counts(data_bin, dictionary)
     ordinary = sorted((c for s, c in counts.items() if not s.startswith("madeupword")), reverse=True)
     nth = ordinary[top_n - 1]  # outside the top N = strictly less frequent than the N-th type
-    dictionary = Dictionary.load(str(data_bin / "dict.src.txt"))
     dataset = data_utils.load_indexed_dataset(str(data_bin / "valid.src-tgt.src"), dictionary)
     scored = 0
     for i in range(len(dataset)):
@@ -49,6 +51,7 @@ def test_scores_exactly_the_sentences_whose_rarest_token_is_outside_the_top_n(
                      str(out_dir), *QUICK, "--rare-outside-top", str(top_n)]) == 0
     doc = json.loads((out_dir / "heads.json").read_text())
     assert doc["meta"]["rare_outside_top"] == top_n
+    assert doc["meta"]["rare_counts"]["source"] == "train"  # not the joined dictionary's counts
     rows = [r for r in doc["heads"] if r["type"] in ("enc-self", "enc-dec")]
     assert rows and all(r["rare_share_count"] == expected for r in rows)
     unfiltered = tmp_path / "all"

@@ -129,7 +129,12 @@ def test_detectors_agree_with_attention_computed_by_hand(stats_dir, toy_data_bin
     model = models[0].eval()
     task.load_dataset("valid")
     dataset, eos = task.dataset("valid"), task.source_dictionary.eos()
-    counts = torch.tensor(task.source_dictionary.count, dtype=torch.float64)
+    # rare-word frequencies: the source side's training tokens (stats/token_counts.py)
+    from fairseq.data import data_utils
+
+    train = data_utils.load_indexed_dataset(str(toy_data_bin.data_bin / "train.src-tgt.src"), None)
+    counts = torch.bincount(torch.cat([train[i].long() for i in range(len(train))]),
+                            minlength=len(task.source_dictionary)).double()
     queries = {}
     hooks = [layer.self_attn.register_forward_pre_hook(
         lambda m, a, kw, key=(side, i): queries.__setitem__(key, kw["query"]), with_kwargs=True)

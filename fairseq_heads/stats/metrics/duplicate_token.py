@@ -18,15 +18,12 @@ from typing import Tuple
 
 import torch
 
-from ._batch import AttentionInput, check_shapes, expand_mask, per_layer
-from .previous_token import causal_key_mask
+from ._batch import AttentionInput, causal_prefix_mask, check_shapes, expand_mask, per_layer
 from ..streaming import PairedRatioAccumulator
 from ...numbers import as_float
 from ..labels import at_least
 from ..registry import LANGUAGE_MODEL, WEIGHTS, Heatmap, Metric, bootstrap, register
 from ..streaming import estimate_cells, estimate_columns
-
-DUPLICATE_TOKEN_THRESHOLD = 0.5
 
 
 def earlier_copies(tokens: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
@@ -65,7 +62,7 @@ def duplicate_token_sums_from_copies(attn: torch.Tensor, copies: torch.Tensor, t
     queries = copies.any(-1)
     lead = token_mask.shape[:1] + (1,) * num_head_dims
     mass_per_query = mass_on_copies(attn, copies)
-    prefix = causal_key_mask(token_mask).sum(-1).clamp(min=1).to(torch.float64)
+    prefix = causal_prefix_mask(token_mask).sum(-1).clamp(min=1).to(torch.float64)
     chance_per_query = copies.sum(-1).to(torch.float64) / prefix
     q = expand_mask(queries, num_head_dims).to(torch.float64)
     mass = (mass_per_query * q).sum(-1)

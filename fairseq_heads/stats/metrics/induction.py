@@ -48,7 +48,6 @@ from ..labels import at_least
 from ..registry import LANGUAGE_MODEL, LM_ATTENTION_TYPE, PROBES, Heatmap, Metric, StatsError, bootstrap, register
 from ..streaming import DEFAULT_REPLICATES, DEFAULT_SEED, RatioAccumulator, estimate_cells, estimate_columns
 
-INDUCTION_THRESHOLD = 0.4
 REPEAT_COPY_LOSS_DROP = "repeat_copy_loss_drop"  # heads.json meta induction.<this>; "loss_drop" before
 DEFAULT_LENGTHS = (16, 32, 64)
 DEFAULT_PROBES = 64

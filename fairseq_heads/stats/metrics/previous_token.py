@@ -21,18 +21,11 @@ from typing import Sequence, Tuple
 
 import torch
 
-from ._batch import AttentionInput, causal_prefix_mask, expand_mask, per_layer, prefix_argmax, stack_layers
+from ._batch import AttentionInput, expand_mask, per_layer, prefix_argmax, stack_layers
 from ..streaming import PairedRatioAccumulator
 from ..labels import at_least
 from ..registry import LANGUAGE_MODEL, WEIGHTS, Heatmap, Metric, bootstrap, register
 from ..streaming import ESTIMATE_SUFFIXES, estimate_cells, estimate_columns
-
-PREVIOUS_TOKEN_THRESHOLD = 0.5
-
-
-def causal_key_mask(token_mask: torch.Tensor) -> torch.Tensor:
-    """(B, T) real-token mask -> (B, T, T) keys k <= q that are real tokens."""
-    return causal_prefix_mask(token_mask)
 
 
 def previous_token_sums(attn: torch.Tensor, token_mask: torch.Tensor

@@ -4,7 +4,7 @@ Definition (exactly what is computed), per sentence s and head:
 
     m_s[k]  = mean over selected queries q of a_s[head, q, k]      (average attention a key receives)
     k*_s    = argmax over selected keys k of m_s[k]                (ties -> earliest position)
-    f_s[k]  = key_freq of the token at key k (e.g. fairseq dictionary counts)
+    f_s[k]  = key_freq of the token at key k (real counts: stats/token_counts.py)
     rarest_s          = 1 if f_s[k*_s] == min_k f_s[k]                       else 0
     two_rarest_s      = 1 if f_s[k*_s] <= second smallest of sorted(f_s)     else 0
 
@@ -41,6 +41,7 @@ Bootstrap unit: the sentence.
 
 from __future__ import annotations
 
+import logging
 from typing import NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -52,6 +53,9 @@ from ...numbers import as_float
 from ..labels import rare_labels
 from ..registry import WEIGHTS, Heatmap, Metric, bootstrap, register
 from ..streaming import estimate_cells, estimate_columns
+from ..token_counts import TokenCounts, resolve_token_counts
+
+logger = logging.getLogger("fairseq_heads.stats")
 
 DEFAULT_MIN_KEYS = 2
 
@@ -89,19 +93,23 @@ def max_count_outside_top(counts: Sequence[float], top_n: int) -> float:
     return below[0] if below else float("-inf")
 
 
-def ordinary_counts(dictionary) -> list:
-    """The training counts of a fairseq Dictionary's ordinary types: no specials (bos, pad, eos,
-    unk) and no ``madeupword`` fillers (padding of the vocabulary, never seen in the data)."""
-    return [dictionary.count[i] for i in range(dictionary.nspecial, len(dictionary))
+def ordinary_counts(dictionary, counts: Optional[Sequence[float]] = None) -> list:
+    """The counts (the dictionary's own, or ``counts`` by its indices) of a fairseq Dictionary's
+    ordinary types: no specials (bos, pad, eos, unk) and no ``madeupword`` fillers (padding of
+    the vocabulary, never seen in the data)."""
+    counts = dictionary.count if counts is None else counts
+    return [float(counts[i]) for i in range(dictionary.nspecial, len(dictionary))
             if not dictionary[i].startswith("madeupword")]
 
 
-def rarest_count_cutoff(dictionary, top_n: Optional[int]) -> Optional[float]:
+def rarest_count_cutoff(dictionary, top_n: Optional[int],
+                        counts: Optional[Sequence[float]] = None) -> Optional[float]:
     """``max_rarest_freq`` for "the rarest token lies outside the ``top_n`` most frequent types"
-    of a fairseq Dictionary (its training counts); None when ``top_n`` is None (no filter)."""
+    of a fairseq Dictionary (its counts, or ``counts`` by its indices); None when ``top_n`` is
+    None (no filter)."""
     if top_n is None:
         return None
-    counts = ordinary_counts(dictionary)
+    counts = ordinary_counts(dictionary, counts)
     cutoff = max_count_outside_top(counts, top_n)
     if cutoff == float("-inf"):
         raise ValueError(f"--rare-outside-top {top_n}: the dictionary has {len(counts)} types and "
@@ -323,9 +331,24 @@ class Rare(Metric):
     label_colours = (("rare", "#c44e52"),)
 
     @staticmethod
-    def cutoff(run) -> Optional[float]:
-        """--rare-outside-top N as a count: the source dictionary's (training) counts."""
-        return rarest_count_cutoff(run.task.source_dictionary, run.options.rare_outside_top)
+    def counts(run) -> TokenCounts:
+        """The source tokens' frequencies (token_counts.py), resolved once per run, before the
+        pass: the first accumulator asks."""
+        if run.token_counts is None:
+            task_options = getattr(run.task, "args", None) or run.task.cfg
+            source_lang = None if run.language_model else run.task.cfg.source_lang
+            target_lang = None if run.language_model else run.task.cfg.target_lang
+            run.token_counts = resolve_token_counts(run.task.source_dictionary, task_options.data,
+                                                    run.subset, source_lang, target_lang)
+            logger.info("rare: token frequencies from the %s (%s)", run.token_counts.source,
+                        ", ".join(run.token_counts.files))
+        return run.token_counts
+
+    @classmethod
+    def cutoff(cls, run) -> Optional[float]:
+        """--rare-outside-top N as a count of the run's token frequencies."""
+        return rarest_count_cutoff(run.task.source_dictionary, run.options.rare_outside_top,
+                                   cls.counts(run).counts.tolist())
 
     def accumulator(self, shape, run):
         # an LM's query sees only its prefix: the rarest token of each query's prefix
@@ -333,10 +356,11 @@ class Rare(Metric):
         return kind(shape, max_rarest_freq=self.cutoff(run), **bootstrap(run))
 
     def update(self, acc, view):
+        key_counts = self.counts(view.run).counts[view.tokens]
         if view.language_model:
-            acc.update_from_argmax(view.reductions.prefix_argmax(), view.key_mask, view.key_counts)
+            acc.update_from_argmax(view.reductions.prefix_argmax(), view.key_mask, key_counts)
         else:
-            acc.update(view.weights, view.query_mask, view.key_mask, view.key_counts)
+            acc.update(view.weights, view.query_mask, view.key_mask, key_counts)
 
     def columns(self, run):
         return estimate_columns("rare_share") + ["rare_two_share", "rare_chance"]
@@ -353,6 +377,7 @@ class Rare(Metric):
 
     def meta(self, by_type, run):
         return {"rare_outside_top": run.options.rare_outside_top,
+                "rare_counts": run.token_counts.describe() if by_type and run.token_counts else None,
                 "rare_max_rarest_count": self.cutoff(run) if by_type else None,
                 "rare_chance": {t: {"rarest": as_float(r.chance_rarest.estimate),
                                     "two_rarest": as_float(r.chance_two_rarest.estimate)}

@@ -170,20 +170,6 @@ def drop_unaligned_arcs(arcs: Iterable[Arc], subword_to_word: Sequence[int]) -> 
     return [arc for arc in arcs if arc.dependent in aligned and arc.head in aligned]
 
 
-def position_word_index(mask: torch.Tensor, subword_to_word: Sequence[int]) -> torch.Tensor:
-    """Spread a sentence's subword->word alignment over its padded positions.
-
-    ``mask`` (T,) bool selects the sentence's real non-EOS positions (in order); returns (T,)
-    long with the word index there and -1 at EOS/padding.
-    """
-    mask = mask.bool()
-    if int(mask.sum()) != len(subword_to_word):
-        raise ValueError(f"mask selects {int(mask.sum())} positions but the alignment has {len(subword_to_word)} subwords")
-    out = torch.full(mask.shape, -1, dtype=torch.long)
-    out[mask] = torch.as_tensor(list(subword_to_word), dtype=torch.long)
-    return out
-
-
 # ---------------------------------------------------------------- token -> word attention
 
 

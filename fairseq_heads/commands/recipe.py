@@ -9,18 +9,16 @@ steps (pipeline.runner), skipping those done with the same key, resuming interru
         --slurm slurm_partition=gpu --slurm timeout_min=600     # trainings as SLURM jobs (submitit)
 """
 import argparse
-import json
 import logging
 import os
 import signal
 import sys
-from typing import List
 
 from ..errors import CommandError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .recipes import RECIPES
+    from ..pipeline.recipes import RECIPES
 
     parser.add_argument("recipe", choices=sorted(RECIPES), help="which recipe")
     parser.add_argument("--scale", required=True, help="the recipe's config: " + "; ".join(
@@ -32,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the corpora are (default: ../shared/data beside the repository)")
     parser.add_argument("--only", default=None, metavar="STEP,...",
                         help="run only these steps and the steps they read")
+    parser.add_argument("--rerun", default=None, metavar="STEP,...",
+                        help="run these steps again although their keys are unchanged (after an edit of the "
+                             "code they run; globs, e.g. 'stats*,bleu_*'), and the steps that read them")
     parser.add_argument("--jobs", type=int, default=1,
                         help="training steps run side by side (default: %(default)s)")
     parser.add_argument("--pack", default=None, metavar="ARCHIVE.tar.gz",
@@ -48,19 +49,14 @@ def default_data_root() -> str:
     return os.path.join(os.path.dirname(repo), "shared", "data")
 
 
-def packed_run_name(recipe: str, scale: str, config) -> str:
-    """runs/<this>/ in a pack: the recipe, its scale and the training seed (seeds side by side)."""
-    train = getattr(getattr(config, "nmt", config), "train", None)
-    return f"{recipe}_{scale}" + (f"_s{train.seed}" if train is not None else "")
-
-
 def build_runner(args):
     """The recipe's config (with --set), its steps and their runner; checks come first."""
     from .. import __file__ as package_file
-    from .config import apply_overrides
-    from .pack import pack
-    from .recipes import RECIPES, corpus_files, recipe_steps
-    from .runner import Runner, compute_keys
+    from ..pipeline.config import apply_overrides
+    from ..pipeline.pack import pack
+    from ..pipeline.recipe_json import packed_run_name
+    from ..pipeline.recipes import RECIPES, corpus_files, recipe_steps
+    from ..pipeline.runner import Runner, compute_keys
 
     scales = RECIPES[args.recipe]
     if args.scale not in scales:
@@ -87,7 +83,7 @@ def build_runner(args):
     only = [s for s in args.only.split(",") if s] if args.only else None
     launch = None
     if getattr(args, "executor", "local") == "slurm" and not args.dry_run:
-        from .slurm import slurm_parameters, submitit_launcher
+        from ..pipeline.slurm import slurm_parameters, submitit_launcher
 
         parameters = slurm_parameters(args.slurm, getattr(getattr(config, "nmt", config), "cpu", True))
         launch = submitit_launcher(os.path.join(os.path.abspath(args.results), "slurm"), parameters)
@@ -96,6 +92,10 @@ def build_runner(args):
                         launch=launch)
     except ValueError as error:
         raise CommandError(f"--only: {error}") from None
+    try:
+        runner.forced = runner.downstream_closure([s for s in (args.rerun or "").split(",") if s])
+    except ValueError as error:
+        raise CommandError(f"--rerun: {error}") from None
     for step, paths in corpus_files(config, data_root).items():  # before any step runs
         if step in runner.by_name and step in runner.wanted and not runner.is_done(runner.by_name[step]):
             missing = [path for path in paths if not os.path.exists(path)]
@@ -104,28 +104,9 @@ def build_runner(args):
     return config, runner
 
 
-def earlier_overrides(recipe_json: str, overrides: List[str]) -> List[List[str]]:
-    """The `--set`s of the earlier invocations on this results folder that differ from this one
-    (from its recipe.json, which this invocation replaces): a folder that grows by re-runs with
-    other settings (the converged protocol's seeds, then its all-types point) keeps how to
-    reproduce every step in it."""
-    try:
-        with open(recipe_json, encoding="utf-8") as f:
-            previous = json.load(f)
-    except (OSError, ValueError):
-        return []
-    earlier = [list(o) for o in previous.get("earlier_overrides", [])] + [list(previous.get("overrides", []))]
-    kept = []
-    for item in earlier:
-        if item != list(overrides) and item not in kept:
-            kept.append(item)
-    return kept
-
-
 def run(args) -> int:
-    from ..files import write_text_atomic
-    from .config import config_dict
-    from .fairseq_steps import machine_info
+    from ..pipeline.folder_lock import folder_lock
+    from ..pipeline.recipe_json import packed_run_name, write_recipe_json
 
     config, runner = build_runner(args)
     if args.dry_run:
@@ -140,19 +121,15 @@ def run(args) -> int:
     console.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
     logging.getLogger().addHandler(console)
     logging.getLogger().setLevel(logging.INFO)
-    os.makedirs(runner.results, exist_ok=True)
-    recipe_json = os.path.join(runner.results, "recipe.json")
-    write_text_atomic(recipe_json, json.dumps(
-        {"recipe": args.recipe, "scale": args.scale, "overrides": args.overrides,
-         "earlier_overrides": earlier_overrides(recipe_json, args.overrides),
-         "config": config_dict(config), "machine": machine_info()}, indent=1) + "\n")
-    # `timeout` (the GPU queue's device command) stops a run with SIGTERM: exit through Python
-    # so that the runner stops the trainings it started
-    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
-    failed = runner.run()
-    if args.pack:
-        from .pack import pack
-        pack(runner.results, args.pack, packed_run_name(args.recipe, args.scale, config))
+    with folder_lock(runner.results):  # a second run on this folder stops here, before writing
+        write_recipe_json(runner.results, args.recipe, args.scale, args.overrides, config)
+        # `timeout` (the GPU queue's device command) stops a run with SIGTERM: exit through Python
+        # so that the runner stops the trainings it started
+        signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
+        failed = runner.run()
+        if args.pack:
+            from ..pipeline.pack import pack
+            pack(runner.results, args.pack, packed_run_name(args.recipe, args.scale, config))
     if failed:
         print(f"recipe {args.recipe}: failed or skipped: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -1,0 +1,176 @@
+"""The formation curve: when each head function appears while a model trains. One row per kept
+checkpoint (the `formation` step, pipeline/formation.py, writes a folder per checkpoint: its in-domain
+statistics, its syntactic heads on the parsed set, and `point.json` with its update, epoch, valid loss
+and BLEU on a valid sample); this module only reads those folders.
+
+A row's columns, each from the heads table (stats/table.py) of that checkpoint:
+  best positional share per attention type  the largest share of queries whose most-attended key sits
+                                            at one relative offset (the paper's positional function:
+                                            >= 0.9 makes a head positional), and how many heads pass;
+  syntactic gain                            the best encoder head's accuracy on its best relation minus
+                                            that relation's positional baseline (the paper: >= 0.10);
+  rare share                                the best head's share of sentences whose most-attended key is
+                                            the rarest token, beside the share a uniform head would get;
+  enc-dec confidence                        the mean (and largest) confidence of encoder-decoder heads;
+  BLEU                                      on the valid sample (pipeline/formation.py says which).
+"""
+import csv
+import io
+import json
+import math
+import os
+from typing import Dict, List, Optional
+
+from ..numbers import is_missing
+from ..stats.table import label_kind, parse_labels, read_json
+
+POINT_FILE = "point.json"
+POINTS_FOLDER = "formation_points"  # in a results folder: the formation step (and a watcher) fill it
+TYPES = ("enc-self", "dec-self", "enc-dec")
+COLUMNS = ("update", "epoch", "valid_loss", "bleu",
+           *(f"positional_best_{t}" for t in TYPES), *(f"positional_heads_{t}" for t in TYPES),
+           "syntactic_best_gain", "syntactic_best_relation", "syntactic_heads",
+           "rare_best_share", "rare_chance", "rare_heads", "enc_dec_confidence_mean", "enc_dec_confidence_max")
+
+
+def _float(value) -> Optional[float]:
+    if value is None or value == "" or is_missing(value):
+        return None
+    number = float(value)
+    return None if math.isnan(number) else number
+
+
+def _labels(row) -> List[str]:
+    labels = row.get("labels") or []
+    return [label_kind(label) for label in (parse_labels(labels) if isinstance(labels, str) else labels)]
+
+
+def _labelled(rows, kind: str) -> int:
+    """How many of `rows` carry a label of `kind` ('positional', 'syntactic', 'rare')."""
+    return sum(1 for row in rows if kind in _labels(row))
+
+
+def summarise_point(point_dir: str) -> Dict[str, object]:
+    """One formation row from a checkpoint's folder (point.json, stats/, syntax/)."""
+    with open(os.path.join(point_dir, POINT_FILE), encoding="utf-8") as f:
+        point = json.load(f)
+    row: Dict[str, object] = {name: point.get(name) for name in ("update", "epoch", "valid_loss", "bleu")}
+    row["bleu_sample"] = (f"{'greedy' if point['settings']['bleu_beam'] == 1 else 'beam ' + str(point['settings']['bleu_beam'])}"
+                          f", the first {point['settings']['bleu_sentences']} sentences of "
+                          f"'{point['settings']['subset']}'")
+    stats = read_json(os.path.join(point_dir, "stats"))
+    by_type = {t: [r for r in stats.rows if r["type"] == t] for t in TYPES}
+    for attention_type, rows in by_type.items():
+        shares = [s for s in (_float(r.get("positional_share")) for r in rows) if s is not None]
+        row[f"positional_best_{attention_type}"] = max(shares) if shares else None
+        row[f"positional_heads_{attention_type}"] = _labelled(rows, "positional")
+    rare_rows = [r for r in stats.rows if _float(r.get("rare_share")) is not None]
+    row["rare_best_share"] = max((_float(r["rare_share"]) for r in rare_rows), default=None)
+    row["rare_chance"] = max((_float(r.get("rare_chance")) or 0.0 for r in rare_rows), default=None)
+    row["rare_heads"] = _labelled(stats.rows, "rare")
+    confidence = [c for c in (_float(r.get("confidence")) for r in by_type["enc-dec"]) if c is not None]
+    row["enc_dec_confidence_mean"] = sum(confidence) / len(confidence) if confidence else None
+    row["enc_dec_confidence_max"] = max(confidence) if confidence else None
+    syntax_dir = os.path.join(point_dir, "syntax")
+    row["syntactic_best_gain"] = row["syntactic_best_relation"] = None
+    row["syntactic_heads"] = None
+    if os.path.isdir(syntax_dir):
+        syntax = [r for r in read_json(syntax_dir).rows if r["type"] == "enc-self"]
+        gains = [(g, r.get("syntactic_best")) for r in syntax
+                 for g in [_float(r.get("syntactic_best_gain"))] if g is not None]
+        if gains:
+            row["syntactic_best_gain"], row["syntactic_best_relation"] = max(gains, key=lambda pair: pair[0])
+        row["syntactic_heads"] = _labelled(syntax, "syntactic")
+    return row
+
+
+def formation_rows(points_dir: str) -> List[Dict[str, object]]:
+    """Every point folder under `points_dir` (named by update), in update order."""
+    names = [n for n in os.listdir(points_dir) if os.path.isfile(os.path.join(points_dir, n, POINT_FILE))]
+    return [summarise_point(os.path.join(points_dir, n)) for n in sorted(names, key=int)]
+
+
+def _cell(value, digits: int = 3) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def formation_csv(rows: List[Dict[str, object]]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({name: _cell(row.get(name), 5) for name in COLUMNS})
+    return out.getvalue()
+
+
+def formation_markdown(rows: List[Dict[str, object]]) -> str:
+    """The table of tables.md: one line per checkpoint."""
+    header = ("| update | epoch | valid loss | BLEU | best positional share (enc-self / dec-self / enc-dec) "
+              "| positional heads | syntactic gain (relation) | syntactic heads | rare share (chance) | rare heads "
+              "| enc-dec confidence mean / max |")
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for r in rows:
+        positional = " / ".join(_cell(r.get(f"positional_best_{t}"), 2) for t in TYPES)
+        heads = " / ".join(_cell(r.get(f"positional_heads_{t}")) for t in TYPES)
+        syntactic = (f"{r['syntactic_best_gain']:+.3f} ({r['syntactic_best_relation']})"
+                     if r.get("syntactic_best_gain") is not None else "")
+        rare = (f"{_cell(r.get('rare_best_share'), 2)} ({_cell(r.get('rare_chance'), 2)})"
+                if r.get("rare_best_share") is not None else "")
+        confidence = f"{_cell(r.get('enc_dec_confidence_mean'), 2)} / {_cell(r.get('enc_dec_confidence_max'), 2)}"
+        lines.append(f"| {r['update']} | {_cell(r.get('epoch'), 2)} | {_cell(r.get('valid_loss'))} | "
+                     f"{_cell(r.get('bleu'), 2)} | {positional} | {heads} | {syntactic} | "
+                     f"{_cell(r.get('syntactic_heads'))} | {rare} | {_cell(r.get('rare_heads'))} | {confidence} |")
+    return "\n".join(lines) + "\n"
+
+
+def formation_table(rows: List[Dict[str, object]]):
+    """The rows as the report's Table (report/table_basics.py)."""
+    from .table_basics import Table
+
+    lines = formation_markdown(rows).splitlines()
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    return Table(cells[0], cells[2:], note="best positional share: the largest share of queries whose "
+                 "most-attended key sits at one offset (>= 0.9: positional); syntactic gain: the best encoder "
+                 "head's accuracy on its best relation minus that relation's positional baseline (>= 0.10); "
+                 "rare share: of sentences whose most-attended key is the rarest token (>= 0.5), chance beside it; "
+                 f"BLEU: {'; '.join(sorted({str(r.get('bleu_sample')) for r in rows}))}")
+
+
+def plot_formation(rows: List[Dict[str, object]], path: str, thresholds=(0.9, 0.1, 0.5)) -> None:
+    """Four panels against epochs: best positional share per type, syntactic gain, rare share,
+    enc-dec confidence with BLEU; each function's threshold dashed."""
+    from ..plotting import pyplot
+
+    plt = pyplot()
+    x = [r.get("epoch") if r.get("epoch") is not None else r["update"] for r in rows]
+    xlabel = "epoch" if all(r.get("epoch") is not None for r in rows) else "update"
+    figure, axes = plt.subplots(1, 4, figsize=(17, 3.8))
+    for attention_type in ("enc-self", "dec-self"):  # offsets within one sequence: self-attention only
+        axes[0].plot(x, [r.get(f"positional_best_{attention_type}") for r in rows], marker="o", label=attention_type)
+    axes[0].axhline(thresholds[0], linestyle="--", color="grey")
+    axes[0].set_title("best positional share")
+    axes[1].plot(x, [r.get("syntactic_best_gain") for r in rows], marker="o", color="tab:green")
+    axes[1].axhline(thresholds[1], linestyle="--", color="grey")
+    axes[1].set_title("best syntactic gain over positional baseline")
+    axes[2].plot(x, [r.get("rare_best_share") for r in rows], marker="o", color="tab:red", label="best head")
+    axes[2].plot(x, [r.get("rare_chance") for r in rows], linestyle=":", color="tab:red", label="chance")
+    axes[2].axhline(thresholds[2], linestyle="--", color="grey")
+    axes[2].set_title("rare-word share")
+    axes[3].plot(x, [r.get("enc_dec_confidence_mean") for r in rows], marker="o", label="enc-dec confidence (mean)")
+    axes[3].plot(x, [r.get("enc_dec_confidence_max") for r in rows], marker=".", label="enc-dec confidence (max)")
+    bleu = axes[3].twinx()
+    bleu.plot(x, [r.get("bleu") for r in rows], marker="s", color="black", label="BLEU (valid sample)")
+    bleu.set_ylabel("BLEU")
+    axes[3].set_title("encoder-decoder attention and BLEU")
+    for axis in axes:
+        axis.set_xlabel(xlabel)
+    axes[0].legend(fontsize=8)
+    axes[2].legend(fontsize=8)
+    axes[3].legend(fontsize=8, loc="upper left")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

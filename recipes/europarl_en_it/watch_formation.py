@@ -1,0 +1,44 @@
+"""Follow a running `europarl_en_it --scale cpu` baseline: compute the formation curve's point of each
+interval checkpoint as it appears (fairseq_heads/pipeline/formation.py), and redraw the table and
+figure after each, until the baseline step has finished and every point is done. The recipe's
+`formation` step reuses the points (the same folder), so nothing is computed twice.
+
+    python recipes/europarl_en_it/watch_formation.py RESULTS [--every 1] [--poll 120]
+"""
+import argparse
+import os
+import sys
+import time
+
+from fairseq_heads.pipeline.formation import POINTS_FOLDER, formation_points, formation_settings, write_formation
+from fairseq_heads.pipeline.recipes import RECIPES
+from fairseq_heads.report.formation import formation_markdown, formation_rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results")
+    parser.add_argument("--every", type=int, default=1)
+    parser.add_argument("--poll", type=float, default=120.0)
+    args = parser.parse_args()
+    config = RECIPES["europarl_en_it"]["cpu"]
+    results = os.path.abspath(args.results)
+    settings = formation_settings(config)
+    parsed = os.path.join(results, "syntax_data", "bin")
+    parsed_set = (parsed, os.path.join(parsed, "test.conllu.gz"))
+    points = os.path.join(results, POINTS_FOLDER)
+    while True:
+        finished = os.path.isdir(os.path.join(results, "models", "baseline"))
+        folder = os.path.join(results, "models", "baseline" if finished else "baseline.partial")
+        done = formation_points(folder, points, os.path.join(results, "data", "bin"), parsed_set, settings,
+                                os.path.join(results, "logs", "baseline.log"), every=args.every)
+        if done:  # the step's own folder is written by the step: this one is the watcher's
+            write_formation(points, os.path.join(results, "formation_watch"))
+            print(formation_markdown(formation_rows(points)), flush=True)
+        elif finished:
+            return 0
+        time.sleep(args.poll)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

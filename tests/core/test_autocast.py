@@ -1,0 +1,142 @@
+"""`--autocast bf16` (fairseq_heads/precision.py): bf16 matrix products with fp32 weights, gates and L0
+term, on fairseq-train (the *_heads tasks), `stats`, and the model in process. Each comparison is against
+the same computation in fp32; the tolerance is bf16's: its unit roundoff is 2**-8, so the inputs of each
+matrix product carry a relative error of ~0.4%, and a 2+2-layer model's log-probabilities (|x| < 10)
+move by a few hundredths (0.02 was seen); 0.15 leaves room for other kernels while a model run in the
+wrong dtype, or not autocast at all (a difference of exactly 0), fails."""
+import json
+import math
+
+import pytest
+import torch
+from fairseq import optim, options, tasks
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+from fairseq_heads.gating.hard_concrete import is_gate_parameter
+from fairseq_heads.precision import autocast, check_autocast
+
+from .helpers import TINY_SIZES, USER_DIR, random_batch, run_cli, write_dictionaries
+
+VOCAB = 60
+LOGPROB_TOLERANCE = 0.15
+BF16_ROUNDOFF = 2.0 ** -8
+
+
+def build(tmp_path, extra=()):
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [
+        write_dictionaries(tmp_path / "dicts", VOCAB - 4), "--task", "translation_heads", "-s", "src", "-t", "tgt",
+        "--user-dir", USER_DIR, "--cpu", "--arch", "gated_transformer", "--gated-attention", "enc-self,dec-self,enc-dec",
+        *TINY_SIZES, "--dropout", "0", "--attention-dropout", "0", "--optimizer", "gate_adam", "--lr", "1e-3",
+        "--gate-lr-scale", "100", "--criterion", "label_smoothed_cross_entropy_l0", "--label-smoothing", "0.1",
+        "--l0-lambda", "0.5", *extra])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    torch.manual_seed(0)
+    model = task.build_model(cfg.model)
+    return cfg, task, model
+
+
+def sample():
+    src, lengths, prev = random_batch(VOCAB, bsz=4, src_len=9, tgt_len=8)
+    target = torch.cat([prev[:, 1:], torch.full((prev.size(0), 1), 2)], dim=1)
+    return {"id": torch.arange(4), "nsentences": 4, "ntokens": int(target.numel()), "target": target,
+            "net_input": {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev}}
+
+
+def test_the_option_is_checked():
+    assert check_autocast("bf16") == "bf16"
+    with pytest.raises(ValueError, match="--autocast: expected one of none, bf16, got 'fp8'"):
+        check_autocast("fp8")
+
+
+def test_a_bf16_forward_agrees_with_fp32_within_bf16_rounding(tmp_path):
+    _, _, model = build(tmp_path)
+    model.eval()
+    batch = sample()["net_input"]
+    with torch.no_grad():
+        fp32 = model(**batch)[0]
+        with autocast("bf16"):
+            bf16 = model(**batch)[0]
+    assert fp32.dtype == torch.float32 and bf16.dtype == torch.bfloat16
+    gap = (fp32.log_softmax(-1) - bf16.float().log_softmax(-1)).abs().max().item()
+    assert 0 < gap < LOGPROB_TOLERANCE
+
+
+def test_training_steps_keep_weights_gates_and_the_l0_term_fp32(tmp_path):
+    """Three train steps of the task, fp32 against --autocast bf16, from the same weights on the same batch."""
+    runs = {}
+    for precision in ("none", "bf16"):
+        cfg, task, model = build(tmp_path / precision, ["--autocast", precision])
+        assert task.cfg.autocast == precision
+        criterion = task.build_criterion(cfg.criterion)
+        optimizer = optim.build_optimizer(cfg.optimizer, [p for p in model.parameters() if p.requires_grad])
+        records = []
+        for update in range(3):
+            optimizer.zero_grad()
+            loss, _, logging = task.train_step(sample(), model, criterion, optimizer, update)
+            # autocast casts copies: every parameter and its gradient stays fp32 (the master weights)
+            assert all(p.dtype == torch.float32 for p in model.parameters())
+            assert all(p.grad.dtype == torch.float32 for p in model.parameters() if p.grad is not None)
+            gates = [p for p in model.parameters() if is_gate_parameter(p)]
+            assert gates and all(g.grad is not None and g.grad.abs().sum() > 0 for g in gates)
+            records.append((float(logging["loss"]), float(logging["expected_l0"]),
+                            [g.detach().clone() for g in gates]))
+            optimizer.step()
+        runs[precision] = records
+    (loss32, l0_32, gates32), (loss16, l0_16, gates16) = runs["none"][0], runs["bf16"][0]
+    # the first step's L0 term reads only the (fp32, identical) log-alphas: equal to the last bit
+    assert l0_16 == l0_32
+    for a, b in zip(gates32, gates16):
+        assert torch.equal(a, b)
+    # the losses agree within bf16 rounding of the logits (relative: the loss is a sum over tokens)
+    for (a, _, _), (b, _, _) in zip(runs["none"], runs["bf16"]):
+        assert math.isclose(a, b, rel_tol=4 * BF16_ROUNDOFF)
+    assert any(a != b for (a, _, _), (b, _, _) in zip(runs["none"], runs["bf16"]))
+
+
+@pytest.fixture(scope="module")
+def trained_with_autocast(toy_data_bin, tmp_path_factory):
+    save_dir = tmp_path_factory.mktemp("bf16_train")
+    process = run_cli(["fairseq-train", str(toy_data_bin.data_bin), "--user-dir", USER_DIR, "--task",
+                       "translation_heads", "-s", "src", "-t", "tgt", "--cpu", "--num-workers", "0", "--seed", "1",
+                       "--arch", "transformer", *TINY_SIZES, "--share-all-embeddings", "--dropout", "0.1",
+                       "--max-tokens", "1500", "--optimizer", "adam", "--lr", "5e-3",
+                       "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+                       "--max-update", "20", "--no-epoch-checkpoints", "--save-dir", str(save_dir),
+                       "--log-format", "json", "--log-interval", "5", "--no-progress-bar", "--autocast", "bf16"])
+    assert process.returncode == 0, process.stderr[-3000:]
+    return save_dir / "checkpoint_last.pt"
+
+
+def test_fairseq_train_refuses_an_unknown_autocast(toy_data_bin, tmp_path):
+    process = run_cli(["fairseq-train", str(toy_data_bin.data_bin), "--user-dir", USER_DIR, "--task",
+                       "translation_heads", "--arch", "transformer", "--autocast", "fp8", "--cpu"])
+    assert process.returncode == 2
+    assert "--autocast" in process.stderr and "fp8" in process.stderr
+
+
+def test_stats_under_bf16_agree_with_fp32(toy_data_bin, trained_with_autocast, tmp_path):
+    heads = {}
+    for precision in ("none", "bf16"):
+        out = tmp_path / precision
+        process = run_cli(["fairseq-heads", "stats", str(toy_data_bin.data_bin), "--path", str(trained_with_autocast),
+                           "--gen-subset", "valid", "--metrics", "confidence,positional", "--out-dir", str(out),
+                           "-s", "src", "-t", "tgt", "--cpu", "--bootstrap-replicates", "5", "--log-format", "none",
+                           "--autocast", precision])
+        assert process.returncode == 0, process.stderr[-3000:]
+        heads[precision] = json.loads((out / "heads.json").read_text())
+    assert heads["bf16"]["meta"]["autocast"] == "bf16" and heads["none"]["meta"]["autocast"] == "none"
+    rows = {(r["type"], r["layer"], r["head"]): r for r in heads["none"]["heads"]}
+    gaps = [abs(r["confidence"] - rows[(r["type"], r["layer"], r["head"])]["confidence"])
+            for r in heads["bf16"]["heads"]]
+    # a mean of softmax maxima in [0, 1], each within bf16 rounding of the scores that made it
+    assert len(gaps) == len(rows) and 0 < max(gaps) < 0.02
+
+
+def test_stats_refuses_an_unknown_autocast_in_one_line(toy_data_bin, trained_with_autocast, tmp_path):
+    process = run_cli(["fairseq-heads", "stats", str(toy_data_bin.data_bin), "--path", str(trained_with_autocast),
+                       "--out-dir", str(tmp_path / "out"), "--cpu", "--autocast", "fp8"])
+    assert process.returncode == 2
+    assert process.stderr.strip().splitlines()[-1].endswith("--autocast: expected one of none, bf16, got 'fp8'")
+    assert not (tmp_path / "out").exists()
