@@ -285,7 +285,8 @@ class HeadHooksMixin:
 
     def _autocast(self, model):
         """--autocast's context for a pass of `model` (precision.py)."""
-        return autocast(str(getattr(self.head_options, "autocast", "none") or "none"), model_device_type(model))
+        name = str(getattr(self.head_options, "autocast", "none") or "none")
+        return autocast(name, model_device_type(model) if name != "none" else "cpu")
 
     def _write_gate_probabilities(self, model, update_num: int, rank: int) -> None:
         """P(open) per head to TensorBoard every --log-interval updates, labelled as the gate
