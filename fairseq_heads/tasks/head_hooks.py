@@ -1,6 +1,7 @@
 """What the `*_heads` tasks add to a fairseq task: `--head-mask`, `--gate-trace`, each gated
-head's P(open) in TensorBoard, and `--validation-trace` / `--stop-on-plateau` (the converged
-protocol's stopping rule).
+head's P(open) in TensorBoard, `--validation-trace` / `--stop-on-plateau` (the converged
+protocol's stopping rule), and `--autocast bf16` around the train, valid and inference steps
+(precision.py).
 
 `HeadHooksConfig` holds the options, `HeadHooksMixin` the hooks (build_model applies the mask;
 train_step records the gates; post_validate records each validation and applies the stopping
