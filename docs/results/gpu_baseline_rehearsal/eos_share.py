@@ -1,15 +1,15 @@
 """Where the decoder's attention to the source goes, per layer (averaged over heads): the share on
 the source's final </s>, and the share on the source position aligned by relative position
 (i/T of the way through the target -> the same fraction through the source, +-2 tokens)."""
-import json, sys
+import json, os, sys
 import torch
 from fairseq import checkpoint_utils, utils
 from fairseq.data import data_utils
 
-utils.import_user_module(type("A", (), {"user_dir": "/work/main/fairseq_heads"})())
+utils.import_user_module(type("A", (), {"user_dir": os.path.abspath("fairseq_heads")})())
 out = {}
 for run in sys.argv[1:]:
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([f"/tmp/rehearsal/runs/{run}/ckpt/checkpoint_1_300.pt"])
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([f"work/rehearsal/runs/{run}/ckpt/checkpoint_1_300.pt"])
     model = models[0].eval()
     task.load_dataset("valid")
     ds = task.dataset("valid")

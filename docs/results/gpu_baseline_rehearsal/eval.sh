@@ -1,20 +1,20 @@
 #!/bin/bash
 # for each run: enc-dec confidence on valid (2,000 sentences) at updates 100/200/300; valid loss;
 # BLEU (beam 5) on a quarter of valid (shard 0 of 4: ~500 sentences) at update 300
-cd /work/main
+cd "$(git rev-parse --show-toplevel)"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 for RUN in ${@:-post_d64 pre_d64}; do
-  [ -s /tmp/rehearsal/eval/$RUN.generate.txt ] && continue
-  C=/tmp/rehearsal/runs/$RUN/ckpt
+  [ -s work/rehearsal/eval/$RUN.generate.txt ] && continue
+  C=work/rehearsal/runs/$RUN/ckpt
   for U in 100 200 300; do
-    nice -n 5 .venv/bin/fairseq-heads stats /tmp/rehearsal/prep/bin --path $C/checkpoint_1_$U.pt --cpu --autocast bf16 \
-      --metrics confidence --bootstrap-replicates 20 --out-dir /tmp/rehearsal/eval/$RUN/stats_$U -s en -t it \
-      > /tmp/rehearsal/eval/$RUN.stats_$U.log 2>&1
+    nice -n 5 .venv/bin/fairseq-heads stats work/rehearsal/prep/bin --path $C/checkpoint_1_$U.pt --cpu --autocast bf16 \
+      --metrics confidence --bootstrap-replicates 20 --out-dir work/rehearsal/eval/$RUN/stats_$U -s en -t it \
+      > work/rehearsal/eval/$RUN.stats_$U.log 2>&1
   done
-  nice -n 5 .venv/bin/fairseq-validate /tmp/rehearsal/prep/bin --path $C/checkpoint_1_300.pt --cpu --user-dir /work/main/fairseq_heads --task translation_heads \
-      -s en -t it --max-tokens 8192 > /tmp/rehearsal/eval/$RUN.validate.log 2>&1
-  nice -n 5 .venv/bin/fairseq-generate /tmp/rehearsal/prep/bin --path $C/checkpoint_1_300.pt --cpu --user-dir /work/main/fairseq_heads --task translation_heads -s en -t it \
+  nice -n 5 .venv/bin/fairseq-validate work/rehearsal/prep/bin --path $C/checkpoint_1_300.pt --cpu --user-dir fairseq_heads --task translation_heads \
+      -s en -t it --max-tokens 8192 > work/rehearsal/eval/$RUN.validate.log 2>&1
+  nice -n 5 .venv/bin/fairseq-generate work/rehearsal/prep/bin --path $C/checkpoint_1_300.pt --cpu --user-dir fairseq_heads --task translation_heads -s en -t it \
       --gen-subset valid --num-shards 4 --shard-id 0 --beam 5 --max-tokens 8192 --post-process sentencepiece \
-      --scoring sacrebleu > /tmp/rehearsal/eval/$RUN.generate.txt 2>/tmp/rehearsal/eval/$RUN.generate.err
+      --scoring sacrebleu > work/rehearsal/eval/$RUN.generate.txt 2>work/rehearsal/eval/$RUN.generate.err
 done
-[ $# -eq 0 ] && echo done > /tmp/rehearsal/eval/eval.done
+[ $# -eq 0 ] && echo done > work/rehearsal/eval/eval.done

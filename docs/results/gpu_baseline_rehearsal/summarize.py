@@ -1,7 +1,7 @@
 """Collects the a1 log's diagnosis and the rehearsal's numbers into one JSON (stdout)."""
 import csv, glob, gzip, json, re, sys
 
-A1 = "/work/main/docs/results/europarl_en_it_base_gpu_a1/runs/europarl_en_it_gpu_s1/logs/baseline.log.gz"
+A1 = "docs/results/europarl_en_it_base_gpu_a1/runs/europarl_en_it_gpu_s1/logs/baseline.log.gz"
 
 
 def fairseq_records(lines):
@@ -23,7 +23,7 @@ def fairseq_records(lines):
 def a1():
     with gzip.open(A1, "rt") as f:
         inner, valid, events = fairseq_records(f)
-    return {"log": A1.split("/work/main/")[1], "train_inner": inner, "valid": valid, "overflows": events,
+    return {"log": A1, "train_inner": inner, "valid": valid, "overflows": events,
             "skipped_updates": len(events), "updates": 1220}
 
 
@@ -35,18 +35,18 @@ def enc_dec_confidence(path):
 
 
 def rehearsal(run):
-    base = f"/tmp/rehearsal/runs/{run}"
+    base = f"work/rehearsal/runs/{run}"
     inner, _, _ = fairseq_records(open(f"{base}.log"))
     out = {"train_inner": inner[::5] + ([inner[-1]] if (len(inner) - 1) % 5 else []), "confidence_enc_dec": {}}
     for u in (100, 200, 300):
         try:
-            out["confidence_enc_dec"][u] = enc_dec_confidence(f"/tmp/rehearsal/eval/{run}/stats_{u}/heads.csv")
+            out["confidence_enc_dec"][u] = enc_dec_confidence(f"work/rehearsal/eval/{run}/stats_{u}/heads.csv")
         except FileNotFoundError:
             pass
-    m = re.search(r'\| valid on .*? loss ([\d.]+) \| nll_loss ([\d.]+)', open(f"/tmp/rehearsal/eval/{run}.validate.log").read())
+    m = re.search(r'\| valid on .*? loss ([\d.]+) \| nll_loss ([\d.]+)', open(f"work/rehearsal/eval/{run}.validate.log").read())
     if m:
         out["valid_300"] = {"loss": float(m.group(1)), "nll_loss": float(m.group(2))}
-    gen = open(f"/tmp/rehearsal/eval/{run}.generate.txt").read()
+    gen = open(f"work/rehearsal/eval/{run}.generate.txt").read()
     m = re.search(r"BLEU = ([\d.]+)", gen)
     hyps = [l.split("\t")[2] for l in gen.splitlines() if l.startswith("D-")]
     out["bleu_valid_shard"] = {"bleu": float(m.group(1)) if m else None, "sentences": len(hyps),
