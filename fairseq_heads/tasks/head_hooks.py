@@ -273,7 +273,7 @@ class HeadHooksMixin:
                     trim_validation_trace(validation_trace, update_num)
         # the backward runs inside too: autocast leaves it alone (each backward op takes the
         # dtype its forward op had), and fairseq's train_step does forward and backward in one call
-        with self._autocast(model):
+        with self._autocast(model, backward=True):
             return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
     def valid_step(self, sample, model, criterion):
@@ -284,10 +284,10 @@ class HeadHooksMixin:
         with self._autocast(models[0]):
             return super().inference_step(generator, models, sample, prefix_tokens, constraints)
 
-    def _autocast(self, model):
+    def _autocast(self, model, backward: bool = False):
         """--autocast's context for a pass of `model` (precision.py)."""
         name = str(getattr(self.head_options, "autocast", "none") or "none")
-        return autocast(name, model_device_type(model) if name != "none" else "cpu")
+        return autocast(name, model_device_type(model) if name != "none" else "cpu", backward)
 
     def _write_gate_probabilities(self, model, update_num: int, rank: int) -> None:
         """P(open) per head to TensorBoard every --log-interval updates, labelled as the gate

@@ -71,3 +71,23 @@ def run_cli(args: List[str], cwd=None, timeout=600, env=None) -> subprocess.Comp
     full_env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
     return subprocess.run([exe, *args[1:]], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=full_env)
+
+
+def toy_cli_common(data_bin) -> List[str]:
+    """fairseq's CLIs on the toy corpus (conftest's toy_data_bin) with our user dir, on the CPU."""
+    return [str(data_bin), "--user-dir", USER_DIR, "--task", "translation_heads", "-s", "src",
+            "-t", "tgt", "--cpu", "--num-workers", "0", "--seed", "1"]
+
+
+# a plain transformer's training on the toy corpus (with toy_train_args)
+PLAIN_TRAINING = ["--arch", "transformer", "--criterion", "label_smoothed_cross_entropy",
+                  "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "5e-3"]
+
+
+def toy_train_args(data_bin, save_dir, *extra) -> List[str]:
+    """A tiny fairseq-train on the toy corpus into `save_dir`; `extra` adds the model, criterion,
+    optimizer (PLAIN_TRAINING) and the length of training."""
+    return ["fairseq-train", *toy_cli_common(data_bin), *TINY_SIZES, "--share-all-embeddings",
+            "--dropout", "0.1", "--max-tokens", "1500", "--adam-betas", "(0.9,0.98)",
+            "--no-epoch-checkpoints", "--save-dir", str(save_dir), "--log-format", "json",
+            "--log-interval", "5", "--no-progress-bar", *[str(a) for a in extra]]

@@ -15,7 +15,8 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq_heads.gating.hard_concrete import is_gate_parameter
 from fairseq_heads.precision import autocast, check_autocast
 
-from .helpers import TINY_SIZES, USER_DIR, random_batch, run_cli, write_dictionaries
+from .helpers import (PLAIN_TRAINING, TINY_SIZES, USER_DIR, random_batch, run_cli, toy_train_args,
+                      write_dictionaries)
 
 VOCAB = 60
 LOGPROB_TOLERANCE = 0.15
@@ -98,13 +99,8 @@ def test_training_steps_keep_weights_gates_and_the_l0_term_fp32(tmp_path):
 @pytest.fixture(scope="module")
 def trained_with_autocast(toy_data_bin, tmp_path_factory):
     save_dir = tmp_path_factory.mktemp("bf16_train")
-    process = run_cli(["fairseq-train", str(toy_data_bin.data_bin), "--user-dir", USER_DIR, "--task",
-                       "translation_heads", "-s", "src", "-t", "tgt", "--cpu", "--num-workers", "0", "--seed", "1",
-                       "--arch", "transformer", *TINY_SIZES, "--share-all-embeddings", "--dropout", "0.1",
-                       "--max-tokens", "1500", "--optimizer", "adam", "--lr", "5e-3",
-                       "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-                       "--max-update", "20", "--no-epoch-checkpoints", "--save-dir", str(save_dir),
-                       "--log-format", "json", "--log-interval", "5", "--no-progress-bar", "--autocast", "bf16"])
+    process = run_cli(toy_train_args(toy_data_bin.data_bin, save_dir, *PLAIN_TRAINING, "--max-update", "20",
+                                     "--autocast", "bf16"))
     assert process.returncode == 0, process.stderr[-3000:]
     return save_dir / "checkpoint_last.pt"
 
@@ -140,3 +136,28 @@ def test_stats_refuses_an_unknown_autocast_in_one_line(toy_data_bin, trained_wit
     assert process.returncode == 2
     assert process.stderr.strip().splitlines()[-1].endswith("--autocast: expected one of none, bf16, got 'fp8'")
     assert not (tmp_path / "out").exists()
+
+
+def sdpa_kernels_of_a_training_step(context):
+    """The SDPA kernels a fairseq attention block's forward + backward ran in `context`."""
+    from fairseq.modules import MultiheadAttention
+    from torch.profiler import ProfilerActivity, profile
+    torch.manual_seed(0)
+    attention = MultiheadAttention(16, 4, self_attention=True).train()
+    x = torch.randn(12, 3, 16, requires_grad=True)
+    with profile(activities=[ProfilerActivity.CPU]) as trace:
+        with context:
+            out, _ = attention(x, x, x, need_weights=False)
+        out.float().sum().backward()
+    return {event.key for event in trace.key_averages() if "scaled_dot_product" in event.key}
+
+
+def test_a_bf16_training_step_on_a_cpu_holds_sdpa_to_the_math_backend():
+    """torch's CPU flash kernel is slow backwards in bf16 (precision.sdpa_backends); a pass with
+    a backward avoids it, a forward-only pass and plain bf16 autocast do not."""
+    flash = "aten::_scaled_dot_product_flash_attention_for_cpu"
+    assert flash in sdpa_kernels_of_a_training_step(torch.autocast("cpu", dtype=torch.bfloat16))
+    assert flash in sdpa_kernels_of_a_training_step(autocast("bf16", "cpu"))
+    held = sdpa_kernels_of_a_training_step(autocast("bf16", "cpu", backward=True))
+    assert held and flash not in held and not any("backward" in kernel for kernel in held)
+    assert torch.backends.cuda.flash_sdp_enabled()  # the hold ends with the context

@@ -9,21 +9,9 @@ import torch
 from fairseq_heads.checkpoints import load_checkpoint
 from fairseq_heads.gating.gate_table import gate_rows
 
-from .helpers import TINY_SIZES, USER_DIR, reordered_tolerance, run_cli
+from .helpers import PLAIN_TRAINING, reordered_tolerance, run_cli, toy_cli_common, toy_train_args
 
 ALL_TYPES = "enc-self,dec-self,enc-dec"
-
-
-def common(data_bin):
-    return [str(data_bin), "--user-dir", USER_DIR, "--task", "translation_heads", "-s", "src",
-            "-t", "tgt", "--cpu", "--num-workers", "0", "--seed", "1"]
-
-
-def train_args(data_bin, save_dir, *extra):
-    return ["fairseq-train", *common(data_bin), *TINY_SIZES, "--share-all-embeddings",
-            "--dropout", "0.1", "--max-tokens", "1500", "--adam-betas", "(0.9,0.98)",
-            "--no-epoch-checkpoints", "--save-dir", str(save_dir), "--log-format", "json",
-            "--log-interval", "5", "--no-progress-bar", *extra]
 
 
 def check(process):
@@ -38,14 +26,12 @@ def open_heads(checkpoint) -> int:
 @pytest.fixture(scope="module")
 def plain_checkpoint(toy_data_bin, tmp_path_factory):
     save_dir = tmp_path_factory.mktemp("plain")
-    check(run_cli(train_args(toy_data_bin.data_bin, save_dir, "--arch", "transformer",
-                             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-                             "--optimizer", "adam", "--lr", "5e-3", "--max-update", "30")))
+    check(run_cli(toy_train_args(toy_data_bin.data_bin, save_dir, *PLAIN_TRAINING, "--max-update", "30")))
     return save_dir / "checkpoint_last.pt"
 
 
 def finetune(data_bin, save_dir, plain, l0_lambda, updates, *extra):
-    return run_cli(train_args(
+    return run_cli(toy_train_args(
         data_bin, save_dir, "--arch", "gated_transformer", "--gated-attention", ALL_TYPES,
         "--finetune-from-model", str(plain), "--criterion", "label_smoothed_cross_entropy_l0",
         "--label-smoothing", "0.1", "--l0-lambda", str(l0_lambda), "--optimizer", "gate_adam",
@@ -144,7 +130,7 @@ def test_training_resumes_from_its_checkpoint(finetuned):
 
 def test_finetuned_checkpoint_loads_in_fairseq_generate_and_validate(finetuned, toy_data_bin):
     checkpoint = str(finetuned[5.0]["save_dir"] / "checkpoint_last.pt")
-    out = check(run_cli(["fairseq-generate", *common(toy_data_bin.data_bin), "--path", checkpoint,
+    out = check(run_cli(["fairseq-generate", *toy_cli_common(toy_data_bin.data_bin), "--path", checkpoint,
                          "--gen-subset", "valid", "--beam", "3", "--batch-size", "64",
                          "--remove-bpe", "sentencepiece", "--scoring", "sacrebleu"]))
     assert "Generate valid with beam=3" in out.stdout
@@ -152,7 +138,7 @@ def test_finetuned_checkpoint_loads_in_fairseq_generate_and_validate(finetuned, 
     hypotheses = sum(line.startswith("H-") for line in lines)
     assert hypotheses == sum(line.startswith("S-") for line in lines) >= 90
     assert "BLEU" in lines[-1]
-    check(run_cli(["fairseq-validate", *common(toy_data_bin.data_bin), "--path", checkpoint,
+    check(run_cli(["fairseq-validate", *toy_cli_common(toy_data_bin.data_bin), "--path", checkpoint,
                    "--valid-subset", "valid", "--max-tokens", "2000"]))
 
 
@@ -179,7 +165,7 @@ def test_plain_checkpoint_loads_into_gated_transformer_with_same_outputs(plain_c
     (["--gated-attention", "enc-self,cross"], "--gated-attention"),
 ])
 def test_bad_training_options_fail_naming_the_option(toy_data_bin, tmp_path, extra, message):
-    process = run_cli(train_args(toy_data_bin.data_bin, tmp_path, "--arch", "gated_transformer_tiny",
+    process = run_cli(toy_train_args(toy_data_bin.data_bin, tmp_path, "--arch", "gated_transformer_tiny",
                                  "--criterion", "label_smoothed_cross_entropy_l0", "--optimizer",
                                  "adam", "--lr", "1e-3", "--max-update", "1", *extra))
     assert process.returncode != 0
@@ -197,7 +183,7 @@ def test_bad_head_mask_fails_naming_the_file(plain_checkpoint, toy_data_bin, tmp
     mask = tmp_path / "mask.json"
     if content is not None:
         mask.write_text(json.dumps(content))
-    process = run_cli(["fairseq-generate", *common(toy_data_bin.data_bin), "--path", str(plain_checkpoint),
+    process = run_cli(["fairseq-generate", *toy_cli_common(toy_data_bin.data_bin), "--path", str(plain_checkpoint),
                        "--gen-subset", "valid", "--head-mask", str(mask), "--batch-size", "64"])
     assert process.returncode != 0
     assert str(mask) in process.stderr and message in process.stderr
@@ -235,8 +221,8 @@ def test_patience_counts_across_a_resumed_run(plain_checkpoint, toy_data_bin, tm
                "--validate-interval-updates", "1", "--save-interval-updates", "1",
                "--validate-interval", "1000", "--keep-interval-updates", "1", "--max-valid-steps", "1",
                "--patience", "3", "--validation-trace", str(validations)]
-    check(run_cli(train_args(toy_data_bin.data_bin, tmp_path, *options, "--max-update", "2")))
-    resumed = check(run_cli(train_args(toy_data_bin.data_bin, tmp_path, *options, "--max-update", "20")))
+    check(run_cli(toy_train_args(toy_data_bin.data_bin, tmp_path, *options, "--max-update", "2")))
+    resumed = check(run_cli(toy_train_args(toy_data_bin.data_bin, tmp_path, *options, "--max-update", "20")))
     assert "early stop" in resumed.stdout + resumed.stderr
     records = [json.loads(line) for line in validations.read_text().splitlines()]
     assert [r["update"] for r in records] == [1, 2, 3, 4]
@@ -263,7 +249,7 @@ def test_the_recipes_generate_scores_every_sentence_of_a_subset(toy_data_bin, pl
     sentences = sum(1 for _ in open(os.path.join(toy_data_bin.clean_dir, "test.tgt"), encoding="utf-8"))
     assert sentences % 8  # the case fairseq's default gets wrong
     out = tmp_path / "generate.txt"
-    generate(str(toy_data_bin.data_bin), common(toy_data_bin.data_bin)[1:] + [
+    generate(str(toy_data_bin.data_bin), toy_cli_common(toy_data_bin.data_bin)[1:] + [
         "--path", str(plain_checkpoint), "--gen-subset", "test", "--beam", "1", "--batch-size", "16"], str(out))
     hypotheses = [line for line in out.read_text().splitlines() if line.startswith("H-")]
     assert len(hypotheses) == sentences

@@ -12,7 +12,7 @@ from fairseq_heads.pipeline.formation import (FormationSettings, epoch_length, f
 from fairseq_heads.report.formation import (COLUMNS, POINT_FILE, formation_csv, formation_markdown, formation_rows,
                                             plot_formation)
 
-from core.helpers import TINY_SIZES, USER_DIR, run_cli
+from core.helpers import PLAIN_TRAINING, run_cli, toy_train_args
 
 UPDATES = (10, 20, 30)
 
@@ -20,15 +20,9 @@ UPDATES = (10, 20, 30)
 @pytest.fixture(scope="module")
 def training(toy_data_bin, tmp_path_factory):
     save_dir = tmp_path_factory.mktemp("formation_train")
-    process = run_cli(["fairseq-train", str(toy_data_bin.data_bin), "--user-dir", USER_DIR, "--task",
-                       "translation_heads", "-s", "src", "-t", "tgt", "--cpu", "--num-workers", "0", "--seed", "1",
-                       "--arch", "transformer", *TINY_SIZES, "--share-all-embeddings", "--dropout", "0.1",
-                       "--max-tokens", "1500", "--optimizer", "adam", "--lr", "5e-3",
-                       "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-                       "--max-update", str(UPDATES[-1]), "--validate-interval-updates", "10",
-                       "--save-interval-updates", "10", "--keep-interval-updates", "-1", "--no-epoch-checkpoints",
-                       "--save-dir", str(save_dir), "--log-format", "json", "--log-interval", "5",
-                       "--no-progress-bar"])
+    process = run_cli(toy_train_args(toy_data_bin.data_bin, save_dir, *PLAIN_TRAINING,
+                                     "--max-update", UPDATES[-1], "--validate-interval-updates", 10,
+                                     "--save-interval-updates", 10, "--keep-interval-updates", -1))
     assert process.returncode == 0, process.stderr[-3000:]
     log = save_dir / "train.log"
     log.write_text(process.stdout + process.stderr)
