@@ -19,8 +19,8 @@ weights on the same batches. Measured:
   stats     seconds of `fairseq-heads stats` (confidence, positional, rare: the functions' forward
             pass) on the valid set, each precision in turn for --rounds rounds, and the largest
             difference of a head's confidence between the two;
-  generate  seconds of fairseq-generate (beam 5) on an eighth of the valid set (every 8th
-            sentence: --num-shards 8), its sacreBLEU and hypothesis length, likewise.
+  generate  seconds of fairseq-generate (beam 5) on the valid set, its sacreBLEU and hypothesis
+            length, likewise.
 
 The analysis runs on --checkpoint (a trained model: an untrained one's bf16 and fp32 hypotheses
 differ in length, so their decoding times are not like for like), else on the fp32 model of the
@@ -157,7 +157,7 @@ def analyse(args, autocast, checkpoint, work, env):
     os.makedirs(gen_dir, exist_ok=True)
     generate_s = timed([os.path.join(BIN, "fairseq-generate"), args.data_bin, "--user-dir", USER_DIR,
                         "--task", "translation_heads", "-s", args.src, "-t", args.tgt, "--cpu", "--path", checkpoint,
-                        "--gen-subset", "valid", "--num-shards", 8, "--shard-id", 0,
+                        "--gen-subset", "valid",
                         "--beam", 5, "--batch-size", 128, "--max-len-b", 50,
                         "--remove-bpe", "sentencepiece", "--scoring", "sacrebleu", "--results-path", gen_dir,
                         "--autocast", autocast], env, os.path.join(work, "generate.log"))
