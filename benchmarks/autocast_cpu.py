@@ -48,7 +48,8 @@ USER_DIR = os.path.dirname(os.path.abspath(fairseq_heads.__file__))
 BIN = os.path.dirname(sys.executable)
 VARIANTS = ("none", "bf16")  # --autocast's values: the analysis compares these
 TRAIN_VARIANTS = VARIANTS + ("bf16_flash",)  # bf16 autocast, torch's SDPA kernel choice
-SIZE = ["--encoder-normalize-before", "--decoder-normalize-before", "--encoder-layers", 6, "--decoder-layers", 6, "--encoder-embed-dim", 256, "--decoder-embed-dim", 256,
+SIZE = ["--encoder-normalize-before", "--decoder-normalize-before",
+        "--encoder-layers", 6, "--decoder-layers", 6, "--encoder-embed-dim", 256, "--decoder-embed-dim", 256,
         "--encoder-ffn-embed-dim", 1024, "--decoder-ffn-embed-dim", 1024, "--encoder-attention-heads", 8,
         "--decoder-attention-heads", 8, "--share-all-embeddings"]
 
@@ -94,7 +95,7 @@ def train_side_by_side(args, work: str) -> dict:
         for variant in (TRAIN_VARIANTS if update % 2 == 0 else tuple(reversed(TRAIN_VARIANTS))):
             model, optimizer = models[variant], optimizers[variant]
             model.train()
-            torch.manual_seed(update)  # the same dropout masks' seed for both
+            torch.manual_seed(update)  # the same dropout masks' seed for every variant
             start = time.perf_counter()
             optimizer.zero_grad()
             # as the *_heads tasks' train_step: a pass with a backward (bf16_flash: without the SDPA hold)
