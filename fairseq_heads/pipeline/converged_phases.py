@@ -56,6 +56,21 @@ def l0_phase_options(v, context: StepContext, lam: float, trace_interval: int) -
             "--gate-trace", os.path.join(context.out, "gate_trace.jsonl"), "--gate-trace-interval", trace_interval]
 
 
+def plateau_stop_options(train, context: StepContext) -> List[object]:
+    """A training's plateau stop (`train.plateau_validations`, nmt_config.Train; none where 0)
+    with its validation trace in the step's folder: the trace is the rule's memory when the run
+    resumes. A run started before the stop was added (runner.Step.resumable_from_settings) has no
+    trace: it is written from the step's log first, so that the rule sees every validation, as
+    it would have in a run with the stop from its start."""
+    if not train.plateau_validations:
+        return []
+    trace = os.path.join(context.out, "validations.jsonl")
+    if context.resumed and not os.path.exists(trace) and os.path.exists(context.log_path):
+        write_text_atomic(trace, "".join(validation_line(r) for r in baseline_validations(context.log_path)))
+    return ["--stop-on-plateau", train.plateau_validations, "--plateau-loss-tolerance", train.plateau_loss_tolerance,
+            "--validation-trace", trace]
+
+
 def write_l0_mask(name: str):
     """A call step: the L0 phase's open heads (models/NAME_l0) as a fixed head mask."""
     def call(context: StepContext) -> None:

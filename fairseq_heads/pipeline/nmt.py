@@ -31,7 +31,9 @@ from .config import precision_settings, settings_except
 from .fairseq_steps import generate, run_fairseq_heads, train_argv, training_summary
 from .formation import formation_step
 from .nmt_config import (ALL_TYPES, BASELINE_CHECKPOINT, L0, Curve, Data, Formation, Generate, Model, Stats, Syntax,
-                         Train, l0_settings, lambda_name, model_settings, syntax_data_settings, train_settings)
+                         Train, l0_settings, lambda_name, model_settings, syntax_data_settings, train_settings,
+                         train_settings_without_plateau_stop)
+from .converged_phases import plateau_stop_options
 from .nmt_converged import Converged, converged_sweep
 from .runner import Step, StepContext
 
@@ -115,10 +117,10 @@ class NmtSteps:
         c, s = self.c, self.suffix
         steps = [
             Step("data", "data", _asdict(c.data), call=self.run_data),
-            Step(f"baseline{s}", f"models/baseline{s}",
-                 {"model": model_settings(c.model), "train": train_settings(c.train), "fp16": c.train.fp16,
-                  **precision_settings(c.autocast)},
-                 inputs=("data",), argv=self.train_baseline, resumable=True),
+            Step(f"baseline{s}", f"models/baseline{s}", self.baseline_settings(train_settings(c.train)),
+                 inputs=("data",), argv=self.train_baseline, resumable=True,
+                 resumable_from_settings=(self.baseline_settings(train_settings_without_plateau_stop(c.train))
+                                          if c.train.plateau_validations else None)),
             self.bleu_step(f"baseline{s}", "baseline", None),
             Step(f"stats{s}", f"stats/baseline{s}", {**_asdict(c.stats), **precision_settings(c.autocast)},
                  inputs=("data", f"baseline{s}"), call=self.run_stats),
@@ -181,6 +183,10 @@ class NmtSteps:
         shutil.copytree(os.path.join(work, "bin"), os.path.join(context.out, "bin"))
         shutil.copy2(os.path.join(work, "spm.model"), context.out)
 
+    def baseline_settings(self, train: dict) -> dict:
+        c = self.c
+        return {"model": model_settings(c.model), "train": train, "fp16": c.train.fp16, **precision_settings(c.autocast)}
+
     def train_baseline(self, context: StepContext) -> List[str]:
         t = self.c.train
         options = self.common() + self.size() + self.training(t.max_tokens) + [
@@ -195,7 +201,7 @@ class NmtSteps:
                         "--validate-interval", 1_000_000]
         if t.patience:
             options += ["--patience", t.patience]
-        return train_argv(self.data_bin(context), options)
+        return train_argv(self.data_bin(context), options + plateau_stop_options(t, context))
 
     def l0_argv(self, side: str, lam: float):
         def argv(context: StepContext) -> List[str]:

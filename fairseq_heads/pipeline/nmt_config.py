@@ -60,6 +60,11 @@ class Train:
     minutes: float = 0.0        # a cap on the baseline's training time (0: none)
     validate_updates: int = 0   # validate (and checkpoint) every N updates; 0: at epoch ends
     patience: int = 0           # stop after N validations without a better valid loss (0: never)
+    # stop once N validations in a row each moved the valid loss by less than plateau_loss_tolerance
+    # of the one before (convergence.py's rule, the converged protocol's L0 phases'; 0: never): a
+    # flat valid loss, where --patience waits for one that no longer improves at all
+    plateau_validations: int = 0
+    plateau_loss_tolerance: float = 0.005
     dropout: float = 0.1
     label_smoothing: float = 0.1
     fp16: bool = False
@@ -126,9 +131,20 @@ def model_settings(model: Model) -> dict:
     return settings_except(model, *(() if model.normalize_before else ("normalize_before",)))
 
 
+PLATEAU_STOP = ("plateau_validations", "plateau_loss_tolerance")
+
+
 def train_settings(train: Train) -> dict:
-    """What a training depends on: not how many processes load its batches."""
-    return settings_except(train, "num_workers", "keep_checkpoints")
+    """What a training depends on: not how many processes load its batches; the plateau stop
+    only where set, so that adding its fields re-ran no step."""
+    return settings_except(train, "num_workers", "keep_checkpoints",
+                           *(() if train.plateau_validations else PLATEAU_STOP))
+
+
+def train_settings_without_plateau_stop(train: Train) -> dict:
+    """The settings of the same training before a plateau stop was added to it: a run started
+    under them goes on under the stop (runner.Step.resumable_from_settings), which only ends it sooner."""
+    return settings_except(train, "num_workers", "keep_checkpoints", *PLATEAU_STOP)
 
 
 def l0_settings(l0: L0) -> dict:

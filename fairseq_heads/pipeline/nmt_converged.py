@@ -36,8 +36,8 @@ from .fairseq_steps import train_argv
 from .config import precision_settings
 from .nmt_config import ALL_TYPES, BASELINE_CHECKPOINT, l0_settings, lambda_name, model_settings, train_settings
 from .converged_phases import (ConvergedProtocol, baseline_is_full_scratch, fixed_mask_phase_options,
-                               l0_phase_options, phase_settings, phase_steps, result_record, reuse_baseline,
-                               validations)
+                               l0_phase_options, phase_settings, phase_steps, plateau_stop_options, result_record,
+                               reuse_baseline, validations)
 from .runner import Step, StepContext
 
 
@@ -48,16 +48,29 @@ class Converged(ConvergedProtocol):
                                              # by each of these metrics, K its heads, fine-tuned alike
     decode_speed: bool = False               # for each encoder L0 model (λ > 0): its decoding speed-up
                                              # pruned against masked, beside the FLOP prediction
+    seeded_encoder_lambdas: Tuple[float, ...] = ()  # where set, only these encoder λs and the encoder
+                                             # control run at every seed, every other model at the
+                                             # first seed only (the headline point's spread, not
+                                             # every point's); empty: every model at every seed
+
+
+def runs_at_seed(v: Converged, side: str, lam: float, seed_index: int) -> bool:
+    """Whether the (side, λ) model runs at the `seed_index`-th seed of `v.seeds`."""
+    if seed_index == 0 or not v.seeded_encoder_lambdas:
+        return True
+    return side == "enc" and (lam == 0 or lam in v.seeded_encoder_lambdas)
 
 
 def converged_sweep(nmt, lambdas: List[Tuple[str, float]], seeds: Tuple[int, ...]) -> List[Step]:
-    """The converged models of every (side, λ) in LAMBDAS for every seed, seed by seed: a seed's
-    L0 models and their controls come before the next seed's (the runner starts steps in list
-    order, so a stopped sweep leaves whole seeds), and the comparisons of them all (Michel et
-    al.'s heuristic, decoding speed) after every model."""
+    """The converged models of every (side, λ) in LAMBDAS for every seed (`runs_at_seed`), seed by
+    seed: a seed's L0 models and their controls come before the next seed's (the runner starts
+    steps in list order, so a stopped sweep leaves whole seeds), and the comparisons of them all
+    (Michel et al.'s heuristic, decoding speed) after every model."""
     models, comparisons = [], []
-    for seed in seeds:
+    for index, seed in enumerate(seeds):
         for side, lam in lambdas:
+            if not runs_at_seed(nmt.c.converged, side, lam, index):
+                continue
             own, compared = converged_steps(nmt, side, lam, seed)
             models += own
             comparisons += compared
@@ -185,8 +198,9 @@ def heuristic_steps(nmt, l0_name: str, metric: str, seed: int, gated) -> List[St
 
 
 def scratch_steps(nmt, name: str, lam: float, seed: int, mask: str) -> List[Step]:
-    """`name`'s layout (its mask) trained from random init as the baseline was, to patience; the
-    baseline itself where it is that model (`baseline_is_full_scratch`)."""
+    """`name`'s layout (its mask) trained from random init as the baseline was, to patience (and
+    the baseline's plateau stop, where it has one); the baseline itself where it is that model
+    (`baseline_is_full_scratch`)."""
     c, v, s = nmt.c, nmt.c.converged, nmt.suffix
     t = c.train
     scratch = f"scratch_{name}"
@@ -197,7 +211,7 @@ def scratch_steps(nmt, name: str, lam: float, seed: int, mask: str) -> List[Step
             "--criterion", "label_smoothed_cross_entropy", "--optimizer", "adam", "--lr", t.lr,
             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", t.warmup, "--save-dir", context.out,
             "--max-update", v.scratch_max_updates, "--patience", v.patience, *validations(v),
-            "--validation-trace", os.path.join(context.out, "validations.jsonl")])
+            *(plateau_stop_options(t, context) or ["--validation-trace", os.path.join(context.out, "validations.jsonl")])])
 
     settings = {"model": model_settings(c.model), "train": train_settings(t), "converged": phase_settings(v, "scratch"),
                 "seed": seed, **precision_settings(c.autocast)}

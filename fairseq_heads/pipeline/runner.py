@@ -24,6 +24,7 @@ are, so a run killed at its time limit leaves what it finished) and rewrites `RE
 each step's state, key and seconds.
 """
 import contextlib
+import dataclasses
 import fnmatch
 import hashlib
 import json
@@ -60,6 +61,9 @@ class Step:
     call      a function (StepContext) -> None, run in this process; or
     argv      a function (StepContext) -> a command line (list of str), run as a subprocess
     resumable keep OUT.partial when the step fails, and resume from it under the same key
+    resumable_from_settings  (resumable steps) other settings whose OUT.partial it also resumes:
+              the same training before a stopping rule was added to it, which only ends a run
+              sooner (the step then says so and takes the partial output under its own key)
     alone     a timing (call steps only): it starts when no other step runs or is ready to, and
               none starts beside it, as the loop waits for a call
     """
@@ -70,11 +74,14 @@ class Step:
     call: Optional[Callable[["StepContext"], None]] = None
     argv: Optional[Callable[["StepContext"], List[str]]] = None
     resumable: bool = False
+    resumable_from_settings: Optional[Mapping] = None
     alone: bool = False
 
     def __post_init__(self):
         if (self.call is None) == (self.argv is None):
             raise ValueError(f"step {self.name}: give exactly one of call and argv")
+        if self.resumable_from_settings is not None and not self.resumable:
+            raise ValueError(f"step {self.name}: resumable_from_settings needs a resumable step")
         if self.alone and self.call is None:
             raise ValueError(f"step {self.name}: only a call step runs alone (it blocks the loop while it runs)")
 
@@ -242,8 +249,14 @@ class Runner:
             if os.path.isdir(out):
                 shutil.rmtree(out)
             key_file = os.path.join(partial, STEP_KEY_FILE)
-            if step.resumable and _read(key_file) == self.keys[step.name] and step.name not in self.forced:
+            found = _read(key_file) if step.resumable and step.name not in self.forced else None
+            if found is not None and found == self.keys[step.name]:
                 resumed = True
+            elif found is not None and found == self._earlier_key(step):
+                resumed = True
+                print(f"{step.name}: resuming the output of its earlier settings (a stopping rule added)",
+                      flush=True)
+                write_text_atomic(key_file, self.keys[step.name])
             else:
                 shutil.rmtree(partial, ignore_errors=True)
                 os.makedirs(partial)
@@ -255,6 +268,12 @@ class Runner:
         if not resumed:
             open(log_path, "w").close()
         return StepContext(step, self.results, partial, log_path, resumed)
+
+    def _earlier_key(self, step: Step) -> Optional[str]:
+        """The key the step had under its `resumable_from_settings` (the same inputs), or None."""
+        if step.resumable_from_settings is None:
+            return None
+        return step_key(dataclasses.replace(step, settings=step.resumable_from_settings), self.keys)
 
     def _succeed(self, context: StepContext, seconds: float) -> None:
         step = context.step

@@ -255,6 +255,16 @@ def test_the_formation_step_reads_the_baselines_kept_checkpoints_and_keeps_no_ke
     assert keys(EUROPARL_CPU)["formation"] != keys(EUROPARL_CPU, "formation.bleu_sentences=100")["formation"]
 
 
+def test_seeded_encoder_lambdas_run_the_headline_and_its_control_at_every_seed_the_rest_once():
+    trained = {name for name in keys(TOY, "l0.encoder_lambdas=0.01,0.02", "l0.all_lambdas=0.01",
+                                     "converged.seeds=1,2,3", "converged.seeded_encoder_lambdas=0.01")
+               if name.endswith("_l0")}
+    assert trained == {f"enc_l0_{lam}_conv_s{seed}_l0" for lam in ("0.01", "0") for seed in (1, 2, 3)} | {
+        "enc_l0_0.02_conv_s1_l0", "all_l0_0.01_conv_s1_l0", "all_l0_0_conv_s1_l0"}
+    # unset: every model at every seed, as before
+    assert "all_l0_0.01_conv_s3_l0" in keys(TOY, "l0.all_lambdas=0.01", "converged.seeds=1,2,3")
+
+
 @pytest.mark.parametrize("config", [TOY, MULTI30K_CONVERGED])
 def test_pre_norm_reaches_every_translation_training_and_post_norm_keeps_the_old_keys(config):
     """model.normalize_before=true puts fairseq's pre-norm options on the baseline's and each L0
