@@ -117,9 +117,12 @@ def baseline_is_full_scratch(c, lam: float, seed: int) -> bool:
     """Whether the full layout (λ=0) trained from scratch with `seed` would be the baseline run
     again: the same architecture, data, optimiser and schedule (each recipe's scratch steps train
     with the baseline's settings), the same seed, and the same stop (no time cap; validations,
-    patience and update cap equal). A head mask of ones changes nothing (tests/core: masked ≡
-    plain). `c` is a translation or language-model recipe's config."""
+    patience and update cap equal; a baseline with a plateau stop lends its whole stop to the
+    scratch models, nmt_converged.scratch_steps). A head mask of ones changes nothing (tests/core:
+    masked ≡ plain). `c` is a translation or language-model recipe's config."""
     t, v = c.train, c.converged
+    if getattr(t, "plateau_validations", 0):  # the scratch models then stop as the baseline did
+        return lam == 0 and seed == t.seed and not t.minutes
     return (lam == 0 and seed == t.seed and not t.minutes and t.max_update == v.scratch_max_updates
             and t.patience == v.patience and t.validate_updates == v.validate_updates)
 

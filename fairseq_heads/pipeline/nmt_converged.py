@@ -198,23 +198,33 @@ def heuristic_steps(nmt, l0_name: str, metric: str, seed: int, gated) -> List[St
 
 
 def scratch_steps(nmt, name: str, lam: float, seed: int, mask: str) -> List[Step]:
-    """`name`'s layout (its mask) trained from random init as the baseline was, to patience (and
-    the baseline's plateau stop, where it has one); the baseline itself where it is that model
-    (`baseline_is_full_scratch`)."""
+    """`name`'s layout (its mask) trained from random init as the baseline was, to patience; the
+    baseline itself where it is that model (`baseline_is_full_scratch`). A baseline that stops on
+    a plateau (`train.plateau_validations`) lends the scratch models its whole stop (validations,
+    patience, plateau, cap) instead of the converged section's: the rule counts validations, so
+    only at the baseline's interval does it mean the same thing."""
     c, v, s = nmt.c, nmt.c.converged, nmt.suffix
     t = c.train
     scratch = f"scratch_{name}"
+
+    def stop(context: StepContext) -> List[object]:
+        if t.plateau_validations:
+            return ["--max-update", t.max_update, "--patience", t.patience, *validations(t),
+                    *plateau_stop_options(t, context)]
+        return ["--max-update", v.scratch_max_updates, "--patience", v.patience, *validations(v),
+                "--validation-trace", os.path.join(context.out, "validations.jsonl")]
 
     def train(context: StepContext) -> List[str]:
         return train_argv(nmt.data_bin(context), nmt.common() + nmt.size() + nmt.training(t.max_tokens, seed) + [
             "--arch", "transformer", "--head-mask", context.path(mask),
             "--criterion", "label_smoothed_cross_entropy", "--optimizer", "adam", "--lr", t.lr,
             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", t.warmup, "--save-dir", context.out,
-            "--max-update", v.scratch_max_updates, "--patience", v.patience, *validations(v),
-            *(plateau_stop_options(t, context) or ["--validation-trace", os.path.join(context.out, "validations.jsonl")])])
+            *stop(context)])
 
-    settings = {"model": model_settings(c.model), "train": train_settings(t), "converged": phase_settings(v, "scratch"),
-                "seed": seed, **precision_settings(c.autocast)}
+    # train_settings(t) holds the baseline's stop; the converged section's only where it is used
+    settings = {"model": model_settings(c.model), "train": train_settings(t), "seed": seed,
+                **({} if t.plateau_validations else {"converged": phase_settings(v, "scratch")}),
+                **precision_settings(c.autocast)}
     if baseline_is_full_scratch(c, lam, seed):
         training = Step(scratch, f"models/{scratch}", {**settings, "reuses": f"baseline{s}"},
                         inputs=("data", f"baseline{s}", f"mask_{name}"),

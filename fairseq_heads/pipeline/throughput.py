@@ -26,7 +26,8 @@ from typing import List, Tuple
 from ..files import write_text_atomic
 from .fairseq_steps import machine_info, train_argv, training_summary
 from .nmt import NmtRecipe, NmtSteps
-from .nmt_config import ALL_TYPES
+from .config import settings_except
+from .nmt_config import ALL_TYPES, PLATEAU_STOP
 from .runner import Step, StepContext
 
 
@@ -65,7 +66,10 @@ class ThroughputSteps:
     def steps(self) -> List[Step]:
         b, n = self.c.bench, self.c.nmt
         runs = [f"train_{v}_{r}" for r in range(1, b.rounds + 1) for v in VARIANTS]
-        model = {"model": asdict(n.model), "train": asdict(n.train), "updates": b.updates}
+        # every field of the training (its own trainings run a fixed number of updates), the
+        # baseline's plateau stop only where set, as in train_settings
+        train = settings_except(n.train, *(() if n.train.plateau_validations else PLATEAU_STOP))
+        model = {"model": asdict(n.model), "train": train, "updates": b.updates}
         steps = [self.nmt.steps()[0]]  # data
         steps += [Step(run, f"bench/{run}", {**model, "variant": run.split("_")[1]}, inputs=("data",),
                        argv=self.training_argv(run.split("_")[1])) for run in runs]

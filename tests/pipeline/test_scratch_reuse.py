@@ -30,6 +30,30 @@ def test_only_the_control_of_the_baselines_seed_on_its_schedule_is_the_baseline(
     assert trained.argv is not None and "baseline" not in trained.inputs
 
 
+def test_a_baseline_that_stops_on_a_plateau_lends_its_whole_stop_to_the_scratch_models(tmp_path):
+    """The plateau rule counts validations: the scratch models validate at the baseline's interval
+    (not the converged section's), with its patience, plateau and cap; then the full layout from
+    scratch of the baseline's seed is the baseline."""
+    from fairseq_heads.pipeline.recipes import EUROPARL_CPU as c
+
+    assert c.train.plateau_validations and c.converged.validate_updates != c.train.validate_updates
+    assert baseline_is_full_scratch(c, 0.0, 1) and not baseline_is_full_scratch(c, 0.0, 2)
+    steps = {s.name: s for s in recipe_steps(c, "/data", "/user_dir")}
+    assert steps["scratch_all_l0_0_conv_s1"].call is not None
+    trained = steps["scratch_all_l0_0.005_conv_s1"]
+    out = tmp_path / "scratch"
+    out.mkdir()
+    argv = [str(a) for a in trained.argv(StepContext(trained, str(tmp_path), str(out), str(tmp_path / "log"), False))]
+
+    def option(name):
+        return [argv[i + 1] for i, a in enumerate(argv) if a == name]
+    assert option("--validate-interval-updates") == option("--save-interval-updates") == [str(c.train.validate_updates)]
+    assert option("--patience") == [str(c.train.patience)] and option("--max-update") == [str(c.train.max_update)]
+    assert option("--stop-on-plateau") == [str(c.train.plateau_validations)]
+    assert option("--validation-trace") == [str(out / "validations.jsonl")]
+    assert "converged" not in trained.settings  # the converged section's stop is not what it runs
+
+
 def test_the_reused_model_is_the_baselines_best_checkpoint_and_its_logged_validations(tmp_path):
     results = tmp_path / "results"
     (results / "models" / "baseline").mkdir(parents=True)
