@@ -202,6 +202,27 @@ def test_train_gates_only_and_freeze_decoder(tmp_path):
     assert "decoder.layers.0.encoder_attn.gate.log_alpha" in trainable
 
 
+def test_a_frozen_decoder_projects_onto_the_vocabulary_with_one_mm_not_a_weight_copy_per_sentence(tmp_path):
+    """--freeze-decoder freezes the shared embedding, the output projection's weight; torch's
+    matmul then folds fairseq's transposed decoder output into one mm only if it is contiguous,
+    and otherwise broadcasts the vocabulary-sized weight into a bmm (a copy per sentence)."""
+    from torch.profiler import ProfilerActivity, profile
+    vocab = 40 + 4  # write_dictionaries' words and fairseq's specials
+    data = write_dictionaries(tmp_path)
+    _, model = build_model(data, "gated_transformer", ["--gated-attention", "enc-self", "--freeze-decoder",
+                                                       "--share-all-embeddings"])
+    assert not model.decoder.output_projection.weight.requires_grad
+    src, lengths, prev = random_batch(vocab)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as trace:
+        logits, _ = model(src, lengths, prev)
+        logits.float().sum().backward()
+    vocabulary_bmm = [event.input_shapes for event in trace.events() if event.name == "aten::bmm"
+                      and any(vocab in shape for shape in event.input_shapes if shape)]
+    assert vocabulary_bmm == []
+    features = model.decoder.extract_features(prev, encoder_out=model.encoder(src, lengths))[0]
+    torch.testing.assert_close(model.decoder.output_layer(features), features @ model.decoder.output_projection.weight.t())
+
+
 def test_unknown_attention_type_is_an_error_naming_the_option(tmp_path):
     data = write_dictionaries(tmp_path)
     with pytest.raises(ValueError, match="--gated-attention.*enc-cross"):
