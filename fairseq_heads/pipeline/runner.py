@@ -24,9 +24,7 @@ are, so a run killed at its time limit leaves what it finished) and rewrites `RE
 each step's state, key and seconds.
 """
 import contextlib
-import dataclasses
 import fnmatch
-import hashlib
 import json
 import logging
 import os
@@ -40,6 +38,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..files import write_text_atomic
 from .folder_lock import folder_lock
+from .step_keys import compute_keys, earlier_key
 
 logger = logging.getLogger(__name__)
 
@@ -106,27 +105,6 @@ def _read(path: str) -> Optional[str]:
             return f.read()
     except OSError:
         return None
-
-
-def step_key(step: Step, input_keys: Mapping[str, str]) -> str:
-    """sha256 of the step's name, settings and its inputs' keys (16 hex digits)."""
-    payload = json.dumps({"name": step.name, "settings": step.settings,
-                          "inputs": {name: input_keys[name] for name in step.inputs}},
-                         sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
-
-
-def compute_keys(steps: Sequence[Step]) -> Dict[str, str]:
-    """Every step's key, in order; a step may read only steps declared before it."""
-    keys: Dict[str, str] = {}
-    for step in steps:
-        if step.name in keys:
-            raise ValueError(f"two steps are named {step.name}")
-        missing = [name for name in step.inputs if name not in keys]
-        if missing:
-            raise ValueError(f"step {step.name} reads {', '.join(missing)}, not declared before it")
-        keys[step.name] = step_key(step, keys)
-    return keys
 
 
 class Runner:
@@ -252,7 +230,7 @@ class Runner:
             found = _read(key_file) if step.resumable and step.name not in self.forced else None
             if found is not None and found == self.keys[step.name]:
                 resumed = True
-            elif found is not None and found == self._earlier_key(step):
+            elif found is not None and found == earlier_key(step, self.keys):
                 resumed = True
                 print(f"{step.name}: resuming the output of its earlier settings (a stopping rule added)",
                       flush=True)
@@ -268,12 +246,6 @@ class Runner:
         if not resumed:
             open(log_path, "w").close()
         return StepContext(step, self.results, partial, log_path, resumed)
-
-    def _earlier_key(self, step: Step) -> Optional[str]:
-        """The key the step had under its `resumable_from_settings` (the same inputs), or None."""
-        if step.resumable_from_settings is None:
-            return None
-        return step_key(dataclasses.replace(step, settings=step.resumable_from_settings), self.keys)
 
     def _succeed(self, context: StepContext, seconds: float) -> None:
         step = context.step
