@@ -80,8 +80,8 @@ EUROPARL_BASE_GPU = NmtRecipe(
 # autocast_cpu_*.json). A validation every 500 updates (~1/5 epoch), each checkpoint kept for the
 # formation curve (`formation` step). Training stops when the valid loss has flattened: 6 validations
 # in a row (3,000 updates, ~1 epoch) each moving it by < 0.5% (convergence.py's rule and tolerance, the
-# L0 phases' own; set at update 4,000, before the loss had begun to flatten: it moved 3.7-11% a
-# validation then), or after 10 validations without a better loss, whichever comes first. At ~2 s an
+# L0 phases' own; set at update 5,000, before the loss had begun to flatten: it had moved 3.5-11% a
+# validation until then), or after 10 validations without a better loss, whichever comes first. At ~2 s an
 # update, --patience alone would wait for a loss that no longer improves at all, which a model this
 # size on 316k pairs reaches only after tens of epochs.
 EUROPARL_CPU = NmtRecipe(
