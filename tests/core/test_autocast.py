@@ -13,6 +13,7 @@ from fairseq import optim, options, tasks
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from fairseq_heads.gating.hard_concrete import is_gate_parameter
+from fairseq_heads import precision
 from fairseq_heads.precision import autocast, check_autocast
 
 from .helpers import (PLAIN_TRAINING, TINY_SIZES, USER_DIR, random_batch, run_cli, toy_train_args,
@@ -47,8 +48,57 @@ def sample():
 
 def test_the_option_is_checked():
     assert check_autocast("bf16") == "bf16"
-    with pytest.raises(ValueError, match="--autocast: expected one of none, bf16, got 'fp8'"):
+    with pytest.raises(ValueError, match="--autocast: expected one of none, bf16, auto, got 'fp8'"):
         check_autocast("fp8")
+
+
+@pytest.fixture
+def kernel(monkeypatch):
+    """Pretend this CPU has (True) or lacks (False) a fast bf16 kernel."""
+    def pretend(fast: bool):
+        monkeypatch.setattr(precision, "fast_bf16", lambda device_type="cpu": fast)
+        precision.resolve_autocast.cache_clear()
+    yield pretend
+    precision.resolve_autocast.cache_clear()
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_auto_is_bf16_only_where_the_device_has_a_fast_bf16_kernel(kernel, fast):
+    kernel(fast)
+    assert precision.resolve_autocast("auto", "cpu") == ("bf16" if fast else "none")
+    with autocast("auto"):
+        assert torch.is_autocast_enabled("cpu") == fast
+        product = torch.ones(3, 4) @ torch.ones(4, 2)
+    assert product.dtype == (torch.bfloat16 if fast else torch.float32)
+
+
+def test_bf16_without_a_fast_kernel_runs_as_asked_after_a_warning(kernel, caplog):
+    kernel(False)
+    with caplog.at_level("WARNING", logger="fairseq_heads.precision"):
+        with autocast("bf16"):
+            assert torch.is_autocast_enabled("cpu")
+        with autocast("bf16"):  # warned once
+            pass
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "reference kernel" in warnings[0].getMessage()
+
+
+def cpu_flags() -> set:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+@pytest.mark.skipif(not cpu_flags() or "ONEDNN_MAX_CPU_ISA" in __import__("os").environ
+                    or not torch.backends.mkldnn.is_available(),
+                    reason="needs /proc/cpuinfo's flags, oneDNN, and no cap on oneDNN's instruction set")
+def test_the_fast_kernel_check_is_onednns_avx512_core_test_of_this_processor():
+    # oneDNN takes bf16 products from AVX512 with BW, VL and DQ up (its avx512_core); without
+    # them (AVX2 only) torch runs them in its reference kernel
+    precision.fast_bf16.cache_clear()
+    assert precision.fast_bf16("cpu") == ({"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= cpu_flags())
 
 
 def test_a_bf16_forward_agrees_with_fp32_within_bf16_rounding(tmp_path):
@@ -134,7 +184,7 @@ def test_stats_refuses_an_unknown_autocast_in_one_line(toy_data_bin, trained_wit
     process = run_cli(["fairseq-heads", "stats", str(toy_data_bin.data_bin), "--path", str(trained_with_autocast),
                        "--out-dir", str(tmp_path / "out"), "--cpu", "--autocast", "fp8"])
     assert process.returncode == 2
-    assert process.stderr.strip().splitlines()[-1].endswith("--autocast: expected one of none, bf16, got 'fp8'")
+    assert process.stderr.strip().splitlines()[-1].endswith("--autocast: expected one of none, bf16, auto, got 'fp8'")
     assert not (tmp_path / "out").exists()
 
 

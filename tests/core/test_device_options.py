@@ -48,7 +48,7 @@ def test_the_commands_keep_their_batch_defaults():
 @pytest.mark.parametrize("option,value,message", [
     ("--batch-size", "0", "--batch-size: expected a whole number >= 1, got '0'"),
     ("--max-tokens", "many", "--max-tokens: expected a whole number >= 1, got 'many'"),
-    ("--autocast", "fp8", "--autocast: expected one of none, bf16, got 'fp8'")])
+    ("--autocast", "fp8", "--autocast: expected one of none, bf16, auto, got 'fp8'")])
 def test_a_bad_device_option_exits_2_in_one_line_before_loading_anything(command, option, value, message, tmp_path,
                                                                          capsys):
     missing = str(tmp_path / "no_such_checkpoint.pt")  # never reached: the option fails first
