@@ -4,7 +4,7 @@ import argparse
 import sys
 from typing import List, Optional
 
-from .commands import (binarise_hf, curve, export_hf, gates, import_hf, lm_report, lm_result, mask, plot, prepare,
+from .commands import (binarise_hf, carry, curve, export_hf, gates, import_hf, lm_report, lm_result, mask, plot, prepare,
                        prepare_lm, prune, publish, recipe, report, result, stats, user_dir)
 from .errors import CommandError
 
@@ -47,6 +47,8 @@ COMMANDS = [
      "run a recipe's steps (data, training, BLEU, statistics, pruning, report), resumably"),
     ("publish", publish,
      "copy a recipe's committed results (pack.py's subset) into a docs folder, or --merge them into it"),
+    ("carry", carry,
+     "pack a results folder's unfinished trainings compactly (to commit), or unpack them on another machine"),
 ]
 
 

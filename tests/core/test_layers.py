@@ -19,7 +19,7 @@ LAYERS = [
     {"report"},
     {"commands"},
     {"pipeline"},
-    {"commands.recipe", "commands.publish"},  # the commands over the pipeline (the others are below it)
+    {"commands.recipe", "commands.publish", "commands.carry"},  # the commands over the pipeline (the others are below it)
     {"cli"},
 ]
 

@@ -1,0 +1,236 @@
+"""Carrying a results folder's unfinished trainings to another machine: a compact form of each
+resumable step's `OUT.partial/` that can be committed, and laid out again in a results folder of
+the same recipe, where `fairseq-heads recipe` resumes it.
+
+Why: a long CPU training (the Europarl baseline: many 3-hour sessions) outlives the machine it
+started on, and only what is committed reaches the next one. The data it reads is not carried
+(tens of MB, and the recipe's `data` step makes it again from the corpus): the carried form
+records a digest of each input step's files, and unpacking refuses a results folder whose
+inputs differ, so that a resumed training never reads other data under the same key.
+
+What is carried of a step (CARRIED below):
+- every file of `OUT.partial/` but the checkpoints (its key, its validation trace), its log,
+  and the folders the recipe derives from the training as it runs (the formation curve's points);
+- its last checkpoint, `checkpoint_last.pt`, with the model's weights exact and the optimiser
+  state's float32 tensors (Adam's two moments) rounded to bfloat16: half the optimiser's size
+  (on the Europarl model, 183 MB become 122 MB). A training resumed from it takes the same data
+  order, learning rate and step count; its moments differ by bf16 rounding (a relative 2^-9),
+  which the tests bound on a real resumed update.
+"""
+import gzip
+import hashlib
+import json
+import os
+import shutil
+from typing import Dict, Iterable, List, Mapping, Sequence, Tuple
+
+import torch
+
+from ..files import staged_dir, write_text_atomic
+from .runner import LOGS, MARKERS, STEP_KEY_FILE, Step
+
+CARRY_FILE = "carry.json"
+CHECKPOINT = "checkpoint_last.pt"
+CARRIED_CHECKPOINT = "checkpoint_last.carried.pt"
+CARRY_FORMAT = 1
+# folders of the results folder that a running training's companions fill and that outlive its
+# checkpoints: `formation_points<suffix>` (recipes/europarl_en_it/watch_formation.py)
+DERIVED_FOLDERS = ("formation_points",)
+
+
+# ------------------------------------------------------------------ the checkpoint (pure)
+
+def _round_tensors(value, path: Tuple, rounded: List[List]):
+    if isinstance(value, torch.Tensor) and value.dtype == torch.float32 and value.dim() > 0:
+        rounded.append(list(path))
+        return value.to(torch.bfloat16)
+    if isinstance(value, dict):
+        return {k: _round_tensors(v, path + (k,), rounded) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_round_tensors(v, path + (i,), rounded) for i, v in enumerate(value))
+    return value
+
+
+def compact_checkpoint(state: Mapping) -> dict:
+    """A fairseq checkpoint with its optimiser state's float32 tensors in bfloat16 (weights,
+    options, data-iterator and scheduler state untouched), and the paths it rounded under
+    "carried_rounded" so that `expand_checkpoint` gives them back their dtype."""
+    if "last_optimizer_state" not in state:
+        raise ValueError("not a resumable fairseq checkpoint: no 'last_optimizer_state'")
+    rounded: List[List] = []
+    compact = dict(state)
+    compact["last_optimizer_state"] = _round_tensors(state["last_optimizer_state"], (), rounded)
+    compact["carried_rounded"] = rounded
+    return compact
+
+
+def expand_checkpoint(compact: Mapping) -> dict:
+    """The inverse of `compact_checkpoint` up to bf16 rounding: the rounded tensors in float32."""
+    state = dict(compact)
+    rounded = state.pop("carried_rounded", None)
+    if rounded is None:
+        raise ValueError("not a carried checkpoint: no 'carried_rounded'")
+    optimizer = state["last_optimizer_state"]
+    for path in rounded:
+        parent = optimizer
+        for key in path[:-1]:
+            parent = parent[key]
+        parent[path[-1]] = parent[path[-1]].to(torch.float32)
+    return state
+
+
+def folder_digest(folder: str, skip_suffixes: Sequence[str] = (".log",)) -> str:
+    """sha256 over every file's relative path and contents (logs skipped: they hold times and
+    paths, not data)."""
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(tuple(skip_suffixes)):
+                continue
+            path = os.path.join(root, name)
+            digest.update(os.path.relpath(path, folder).encode("utf-8") + b"\0")
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+    return digest.hexdigest()
+
+
+# ------------------------------------------------------------------ packing
+
+def _marker_key(results: str, name: str):
+    try:
+        with open(os.path.join(results, MARKERS, name + ".json"), encoding="utf-8") as f:
+            return json.load(f).get("key")
+    except (OSError, ValueError):
+        return None
+
+
+def carried_steps(results: str, steps: Iterable[Step]) -> List[Step]:
+    """The resumable steps of `steps` with a checkpoint in their `OUT.partial/` in `results`."""
+    return [s for s in steps if s.resumable and s.out is not None
+            and os.path.isfile(os.path.join(results, s.out + ".partial", CHECKPOINT))]
+
+
+def _derived_folders(results: str) -> List[str]:
+    return sorted(name for name in os.listdir(results)
+                  if any(name.startswith(prefix) for prefix in DERIVED_FOLDERS)
+                  and os.path.isdir(os.path.join(results, name)))
+
+
+def pack_carry(results: str, dest: str, steps: Sequence[Step], keys: Mapping[str, str],
+               invocation: Mapping) -> dict:
+    """Write DEST (replaced whole): carry.json and, per carried step, its files. `invocation`
+    ({"recipe", "scale", "overrides"}) is how to rebuild the steps on the other machine."""
+    results = os.path.abspath(results)
+    by_name = {s.name: s for s in steps}
+    chosen = carried_steps(results, steps)
+    if not chosen:
+        raise ValueError(f"{results}: no unfinished training to carry (no models/*.partial/{CHECKPOINT})")
+    record = {"format": CARRY_FORMAT, "invocation": dict(invocation), "steps": {}, "inputs": {}}
+    with staged_dir(dest) as staging:
+        for step in chosen:
+            partial = os.path.join(results, step.out + ".partial")
+            with open(os.path.join(partial, STEP_KEY_FILE), encoding="utf-8") as f:
+                key = f.read().strip()
+            if key != keys[step.name]:
+                raise ValueError(f"{partial}: its key is not the recipe's key for {step.name} "
+                                 f"(the folder was trained under other settings)")
+            state = torch.load(os.path.join(partial, CHECKPOINT), map_location="cpu", weights_only=False)
+            target = os.path.join(staging, step.name)
+            os.makedirs(target)
+            torch.save(compact_checkpoint(state), os.path.join(target, CARRIED_CHECKPOINT))
+            files = sorted(n for n in os.listdir(partial)
+                           if os.path.isfile(os.path.join(partial, n)) and not n.endswith(".pt"))
+            for name in files:
+                shutil.copy2(os.path.join(partial, name), os.path.join(target, name))
+            log = os.path.join(results, LOGS, step.name + ".log")
+            if os.path.isfile(log):
+                with open(log, "rb") as f, open(os.path.join(target, "step.log.gz"), "wb") as raw, \
+                        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as g:  # the same log, the same bytes
+                    shutil.copyfileobj(f, g)
+            extra = state.get("extra_state") or {}
+            record["steps"][step.name] = {
+                "out": step.out, "key": key, "files": files, "log": os.path.isfile(log),
+                "num_updates": (state.get("optimizer_history") or [{}])[-1].get("num_updates"),
+                "epoch": (extra.get("train_iterator") or {}).get("epoch"),
+                "best_loss": (extra.get("best") if isinstance(extra.get("best"), (int, float)) else None)}
+            for name in step.inputs:
+                out = by_name[name].out
+                marker = _marker_key(results, name)
+                if marker != keys[name] or out is None or not os.path.isdir(os.path.join(results, out)):
+                    raise ValueError(f"step {name} (read by {step.name}) is not done in {results}")
+                record["inputs"][name] = {"out": out, "key": marker,
+                                          "digest": folder_digest(os.path.join(results, out))}
+        for folder in _derived_folders(results):
+            shutil.copytree(os.path.join(results, folder), os.path.join(staging, "derived", folder))
+        record["derived"] = _derived_folders(results)
+        write_text_atomic(os.path.join(staging, CARRY_FILE), json.dumps(record, indent=1) + "\n")
+    return record
+
+
+# ------------------------------------------------------------------ unpacking
+
+def read_carry(dest: str) -> dict:
+    path = os.path.join(dest, CARRY_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except OSError:
+        raise ValueError(f"{path}: not found: not a carried training") from None
+    except ValueError as error:
+        raise ValueError(f"{path}: not JSON ({error})") from None
+    if record.get("format") != CARRY_FORMAT:
+        raise ValueError(f"{path}: format {record.get('format')!r}, this version reads {CARRY_FORMAT}")
+    return record
+
+
+def check_unpack(dest: str, results: str, keys: Mapping[str, str]) -> dict:
+    """Every reason not to lay DEST out in RESULTS, as one ValueError, before anything is written:
+    a step whose key the recipe now computes otherwise, an input not done or with other files,
+    a step already there."""
+    record = read_carry(dest)
+    results = os.path.abspath(results)
+    for name, carried in record["steps"].items():
+        if keys.get(name) != carried["key"]:
+            raise ValueError(f"step {name}: the recipe's key is {keys.get(name)}, the carried training's "
+                             f"{carried['key']} (its settings or code differ)")
+        for where in (carried["out"], carried["out"] + ".partial"):
+            if os.path.exists(os.path.join(results, where)):
+                raise ValueError(f"{os.path.join(results, where)} exists: remove it to lay the carried "
+                                 f"training out there")
+    for name, carried in record["inputs"].items():
+        marker = _marker_key(results, name)
+        if marker != carried["key"] or not os.path.isdir(os.path.join(results, carried["out"])):
+            raise ValueError(f"step {name} is not done in {results} with the carried key {carried['key']}: "
+                             f"run the recipe with `--only {name}` first")
+        digest = folder_digest(os.path.join(results, carried["out"]))
+        if digest != carried["digest"]:
+            raise ValueError(f"{os.path.join(results, carried['out'])}: its files differ from those the carried "
+                             f"training read (digest {digest[:12]}, carried {carried['digest'][:12]})")
+    for folder in record.get("derived", []):
+        if os.path.exists(os.path.join(results, folder)):
+            raise ValueError(f"{os.path.join(results, folder)} exists: remove it to lay the carried one out")
+    return record
+
+
+def unpack_carry(dest: str, results: str, keys: Mapping[str, str]) -> Dict[str, dict]:
+    """Lay DEST out in RESULTS (checked first: `check_unpack`); returns the carried steps."""
+    record = check_unpack(dest, results, keys)
+    results = os.path.abspath(results)
+    for name, carried in record["steps"].items():
+        source = os.path.join(dest, name)
+        partial = os.path.join(results, carried["out"] + ".partial")
+        with staged_dir(partial) as staging:
+            for file in carried["files"]:
+                shutil.copy2(os.path.join(source, file), os.path.join(staging, file))
+            compact = torch.load(os.path.join(source, CARRIED_CHECKPOINT), map_location="cpu", weights_only=False)
+            torch.save(expand_checkpoint(compact), os.path.join(staging, CHECKPOINT))
+        if carried.get("log"):
+            os.makedirs(os.path.join(results, LOGS), exist_ok=True)
+            with gzip.open(os.path.join(source, "step.log.gz"), "rb") as g, \
+                    open(os.path.join(results, LOGS, name + ".log"), "wb") as f:
+                shutil.copyfileobj(g, f)
+    for folder in record.get("derived", []):
+        shutil.copytree(os.path.join(dest, "derived", folder), os.path.join(results, folder))
+    return record["steps"]
