@@ -28,9 +28,10 @@ COMMITTED = (
     ("models/*/gate_trace.jsonl", "gzip"), ("models/*/validations*.jsonl", "gzip"), ("models/*/settings.json", "copy"),
     ("logs/*.log", "run gzip"), ("bench/summary/throughput.json", "copy"), ("bench/decode/decode.json", "copy"),
     ("speed/*/decode_speed.json", "copy"),
-    # the formation curve: each kept checkpoint's point and its heads tables (report section 8)
-    ("formation_points/*/point.json", "copy"), ("formation_points/*/*/heads.csv", "copy"),
-    ("formation_points/*/*/heads.json", "copy"), ("formation/*", "copy"),
+    # the formation curve: each kept checkpoint's point and its heads tables (report section 8),
+    # `formation_points_s<N>` and `formation_s<N>` for a baseline of seed N
+    ("formation_points*/*/point.json", "copy"), ("formation_points*/*/*/heads.csv", "copy"),
+    ("formation_points*/*/*/heads.json", "copy"), ("formation/*", "copy"), ("formation_s[0-9]*/*", "copy"),
 )
 
 
@@ -52,7 +53,7 @@ def committed_files(results: str, run: str = "") -> Iterator[Tuple[str, bytes]]:
                 continue  # a step still running or stopped: not a result
             with open(path, "rb") as f:
                 data = f.read()
-            if fnmatch.fnmatch(relative, "stats/*/heads.json") or fnmatch.fnmatch(relative, "formation_points/*/*/heads.json"):
+            if fnmatch.fnmatch(relative, "stats/*/heads.json") or fnmatch.fnmatch(relative, "formation_points*/*/*/heads.json"):
                 data = data.replace(b'"' + prefix, b'"')
             elif fnmatch.fnmatch(relative, "logs/*.log"):
                 data = data.replace(prefix, b"")  # paths relative to the results folder

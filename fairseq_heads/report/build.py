@@ -13,7 +13,7 @@ from typing import Callable, List, NamedTuple, Optional, Tuple
 from . import figures, layout, tables
 from .baseline_seeds import baseline_seed_table
 from .decode_speed_table import decode_speed_table
-from .formation import POINTS_FOLDER, formation_rows, formation_table, plot_formation
+from .formation import formation_rows, formation_table, plot_formation, points_folders
 from .michel import michel_comparison_table
 from .results_folder import Inputs, load_inputs, read_trace  # noqa: F401  (read_trace: the tests)
 from .seed_masks import seed_mask_table
@@ -218,15 +218,18 @@ def _survivors_section(inputs: Inputs, draw: Callable) -> Section:
 
 
 def _formation_section(inputs: Inputs, draw: Callable) -> Optional[Section]:
-    """Only in a folder whose recipe keeps its baseline's checkpoints (the `formation` step)."""
-    points = os.path.join(inputs.results_dir, POINTS_FOLDER)
-    if not os.path.isdir(points) or not os.listdir(points):
+    """Only in a folder whose recipe keeps its baseline's checkpoints (the `formation` step): a
+    table per baseline seed, one figure with every seed."""
+    runs = {label: formation_rows(folder) for label, folder in points_folders(inputs.results_dir).items()}
+    if not runs:
         return None
-    rows = formation_rows(points)
-    name = draw("formation.png", plot_formation, rows)
-    return Section("8. When the head functions formed", [("One row per kept checkpoint of the baseline",
-                                                           formation_table(rows))],
-                   [("Head functions over training (thresholds dashed)", name)])
+    name = draw("formation.png", plot_formation, runs if len(runs) > 1 else next(iter(runs.values())))
+    single = len(runs) == 1
+    return Section("8. When the head functions formed",
+                   [("One row per kept checkpoint of the baseline" + ("" if single else f" ({label})"),
+                     formation_table(rows)) for label, rows in runs.items()],
+                   [("Head functions over training (thresholds dashed)" + ("" if single else "; one line style a seed"),
+                     name)])
 
 
 SECTION_TITLES = (

@@ -19,6 +19,7 @@ import io
 import json
 import math
 import os
+import re
 from typing import Dict, List, Optional
 
 from ..numbers import is_missing
@@ -140,35 +141,60 @@ def formation_table(rows: List[Dict[str, object]]):
                  f"BLEU: {'; '.join(sorted({str(r.get('bleu_sample')) for r in rows}))}")
 
 
-def plot_formation(rows: List[Dict[str, object]], path: str, thresholds=(0.9, 0.1, 0.5)) -> None:
+def points_folders(results_dir: str) -> Dict[str, str]:
+    """{"seed N": folder} of a results folder's formation points: `formation_points` is the
+    seed-1 baseline's, `formation_points_s<N>` seed N's (the baselines' own step suffixes)."""
+    found = {}
+    for name in os.listdir(results_dir) if os.path.isdir(results_dir) else []:
+        match = re.fullmatch(re.escape(POINTS_FOLDER) + r"(?:_s(\d+))?", name)
+        folder = os.path.join(results_dir, name)
+        if match and os.path.isdir(folder) and formation_rows(folder):
+            found[int(match.group(1) or 1)] = folder
+    return {f"seed {seed}": found[seed] for seed in sorted(found)}
+
+
+def plot_formation(runs, path: str, thresholds=(0.9, 0.1, 0.5)) -> None:
     """Four panels against epochs: best positional share per type, syntactic gain, rare share,
-    enc-dec confidence with BLEU; each function's threshold dashed."""
+    enc-dec confidence with BLEU; each function's threshold dashed. `runs`: one run's rows, or
+    {label: rows} (seeds), each run in its own line style."""
     from ..plotting import pyplot
 
+    runs = runs if isinstance(runs, dict) else {"": runs}
     plt = pyplot()
-    x = [r.get("epoch") if r.get("epoch") is not None else r["update"] for r in rows]
-    xlabel = "epoch" if all(r.get("epoch") is not None for r in rows) else "update"
     figure, axes = plt.subplots(1, 4, figsize=(17, 3.8))
-    for attention_type in ("enc-self", "dec-self"):  # offsets within one sequence: self-attention only
-        axes[0].plot(x, [r.get(f"positional_best_{attention_type}") for r in rows], marker="o", label=attention_type)
-    axes[0].axhline(thresholds[0], linestyle="--", color="grey")
-    axes[0].set_title("best positional share")
-    axes[1].plot(x, [r.get("syntactic_best_gain") for r in rows], marker="o", color="tab:green")
-    axes[1].axhline(thresholds[1], linestyle="--", color="grey")
-    axes[1].set_title("best syntactic gain over positional baseline")
-    axes[2].plot(x, [r.get("rare_best_share") for r in rows], marker="o", color="tab:red", label="best head")
-    axes[2].plot(x, [r.get("rare_chance") for r in rows], linestyle=":", color="tab:red", label="chance")
-    axes[2].axhline(thresholds[2], linestyle="--", color="grey")
-    axes[2].set_title("rare-word share")
-    axes[3].plot(x, [r.get("enc_dec_confidence_mean") for r in rows], marker="o", label="enc-dec confidence (mean)")
-    axes[3].plot(x, [r.get("enc_dec_confidence_max") for r in rows], marker=".", label="enc-dec confidence (max)")
     bleu = axes[3].twinx()
-    bleu.plot(x, [r.get("bleu") for r in rows], marker="s", color="black", label="BLEU (valid sample)")
+    xlabels = set()
+    for (label, rows), style in zip(runs.items(), ("-", "--", ":", "-.") * len(runs)):
+        x = [r.get("epoch") if r.get("epoch") is not None else r["update"] for r in rows]
+        xlabels.add("epoch" if all(r.get("epoch") is not None for r in rows) else "update")
+        tag = f" ({label})" if label else ""
+        for attention_type in ("enc-self", "dec-self"):  # offsets within one sequence: self-attention only
+            axes[0].plot(x, [r.get(f"positional_best_{attention_type}") for r in rows], marker="o", linestyle=style,
+                         color="tab:blue" if attention_type == "enc-self" else "tab:orange",
+                         label=attention_type + tag)
+        axes[1].plot(x, [r.get("syntactic_best_gain") for r in rows], marker="o", linestyle=style,
+                     color="tab:green", label=label or None)
+        axes[2].plot(x, [r.get("rare_best_share") for r in rows], marker="o", linestyle=style, color="tab:red",
+                     label="best head" + tag)
+        axes[2].plot(x, [r.get("rare_chance") for r in rows], linestyle=":", color="tab:pink", label="chance" + tag)
+        axes[3].plot(x, [r.get("enc_dec_confidence_mean") for r in rows], marker="o", linestyle=style,
+                     color="tab:blue", label="enc-dec confidence (mean)" + tag)
+        axes[3].plot(x, [r.get("enc_dec_confidence_max") for r in rows], marker=".", linestyle=style,
+                     color="tab:purple", label="enc-dec confidence (max)" + tag)
+        bleu.plot(x, [r.get("bleu") for r in rows], marker="s", linestyle=style, color="black",
+                  label="BLEU (valid sample)" + tag)
+    for axis, threshold in zip(axes, thresholds):
+        axis.axhline(threshold, linestyle="--", color="grey")
+    axes[0].set_title("best positional share")
+    axes[1].set_title("best syntactic gain over positional baseline")
+    axes[2].set_title("rare-word share")
     bleu.set_ylabel("BLEU")
     axes[3].set_title("encoder-decoder attention and BLEU")
     for axis in axes:
-        axis.set_xlabel(xlabel)
+        axis.set_xlabel(" / ".join(sorted(xlabels)))
     axes[0].legend(fontsize=8)
+    if len(runs) > 1:
+        axes[1].legend(fontsize=8)
     axes[2].legend(fontsize=8)
     axes[3].legend(fontsize=8, loc="upper left")
     figure.tight_layout()

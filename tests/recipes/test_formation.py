@@ -109,3 +109,27 @@ def test_the_report_shows_the_formation_of_a_results_folder(points, tmp_path):
         [str(update) for update in UPDATES]
     assert "greedy, the first 40 sentences of 'valid'" in section
     assert (results / "figures" / "formation.png").is_file()
+
+
+def test_the_report_shows_each_baseline_seed_of_a_results_folder(points, tmp_path):
+    """A folder of two baselines (seed 1's `formation_points`, seed 3's `formation_points_s3`, the
+    steps' suffixes): a table per seed, in seed order, and one figure."""
+    import shutil
+
+    from fairseq_heads.report.build import build_report
+    from fairseq_heads.report.formation import points_folders
+
+    out, _, _, _ = points
+    results = tmp_path / "results"
+    shutil.copytree(out, results / "formation_points_s3")
+    shutil.copytree(out, results / "formation_points")
+    shutil.rmtree(results / "formation_points" / str(UPDATES[-1]))  # seed 1 has a point fewer
+    (results / "formation_points_other").mkdir()  # not a seed's folder
+    assert list(points_folders(str(results))) == ["seed 1", "seed 3"]
+    build_report(str(results))
+    section = (results / "tables.md").read_text().split("## 8. When the head functions formed", 1)[1]
+    first, third = section.split("(seed 1)", 1)[1].split("(seed 3)", 1)
+    updates = [[line.split("|")[1].strip() for line in part.splitlines() if line.startswith("| ")][1:]
+               for part in (first, third)]
+    assert updates == [[str(u) for u in UPDATES[:-1]], [str(u) for u in UPDATES]]
+    assert (results / "figures" / "formation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -93,3 +93,24 @@ def test_bad_arguments_exit_2_with_one_line_and_write_nothing(tmp_path):
         process = publish(*args)
         assert process.returncode == 2 and process.stderr.count("\n") == 1, (args, process.stderr)
     assert os.listdir(tmp_path) == ["empty"]
+
+
+def test_the_formation_points_of_every_baseline_seed_are_committed(tmp_path):
+    """`formation_points` (seed 1) and `formation_points_s2`, `formation_s2` (seed 2's step): each
+    point's files, a heads.json's absolute paths made relative; a watcher's folder is not."""
+    from fairseq_heads.pipeline.pack import committed_files
+
+    results = tmp_path / "results"
+    for folder in ("formation_points", "formation_points_s2"):
+        (results / folder / "500" / "stats").mkdir(parents=True)
+        (results / folder / "500" / "point.json").write_text('{"update": 500}\n')
+        (results / folder / "500" / "stats" / "heads.json").write_text(
+            json.dumps({"checkpoint": str(results / "models" / "x.pt")}))
+    for folder in ("formation_s2", "formation_watch_s2"):
+        (results / folder).mkdir()
+        (results / folder / "formation.csv").write_text("update\n500\n")
+    files = dict(committed_files(str(results)))
+    assert sorted(files) == ["formation_points/500/point.json", "formation_points/500/stats/heads.json",
+                             "formation_points_s2/500/point.json", "formation_points_s2/500/stats/heads.json",
+                             "formation_s2/formation.csv"]
+    assert json.loads(files["formation_points_s2/500/stats/heads.json"]) == {"checkpoint": "models/x.pt"}
