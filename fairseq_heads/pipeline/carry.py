@@ -15,7 +15,10 @@ What is carried of a step (CARRIED below):
   state's float32 tensors (Adam's two moments) rounded to bfloat16: half the optimiser's size
   (on the Europarl model, 183 MB become 122 MB). A training resumed from it takes the same data
   order, learning rate and step count; its moments differ by bf16 rounding (a relative 2^-9),
-  which the tests bound on a real resumed update.
+  which the tests bound on a real resumed update;
+- its best checkpoint (`checkpoint_best.pt`, what the recipe's later steps read) only when it is
+  not the last one (the valid loss rose since), and then without optimiser state (its weights
+  are what is read of it); when it is the last one, unpacking writes it from the last.
 """
 import gzip
 import hashlib
@@ -32,6 +35,8 @@ from .runner import LOGS, MARKERS, STEP_KEY_FILE, Step
 CARRY_FILE = "carry.json"
 CHECKPOINT = "checkpoint_last.pt"
 CARRIED_CHECKPOINT = "checkpoint_last.carried.pt"
+BEST = "checkpoint_best.pt"
+CARRIED_BEST = "checkpoint_best.carried.pt"
 CARRY_FORMAT = 1
 # folders of the results folder that a running training's companions fill and that outlive its
 # checkpoints: `formation_points<suffix>` (recipes/europarl_en_it/watch_formation.py)
@@ -98,6 +103,24 @@ def folder_digest(folder: str, skip_suffixes: Sequence[str] = (".log",)) -> str:
 
 # ------------------------------------------------------------------ packing
 
+def _updates(state: Mapping):
+    return (state.get("optimizer_history") or [{}])[-1].get("num_updates")
+
+
+def _carry_best(partial: str, last_updates, target: str):
+    """"last" (the best checkpoint is the last one), "own" (carried beside it, weights only) or
+    None (there is none yet)."""
+    path = os.path.join(partial, BEST)
+    if not os.path.isfile(path):
+        return None
+    best = torch.load(path, map_location="cpu", weights_only=False)
+    if _updates(best) == last_updates:
+        return "last"
+    best = {k: v for k, v in best.items() if k != "last_optimizer_state"}
+    torch.save(best, os.path.join(target, CARRIED_BEST))
+    return "own"
+
+
 def _marker_key(results: str, name: str):
     try:
         with open(os.path.join(results, MARKERS, name + ".json"), encoding="utf-8") as f:
@@ -140,6 +163,7 @@ def pack_carry(results: str, dest: str, steps: Sequence[Step], keys: Mapping[str
             target = os.path.join(staging, step.name)
             os.makedirs(target)
             torch.save(compact_checkpoint(state), os.path.join(target, CARRIED_CHECKPOINT))
+            best = _carry_best(partial, _updates(state), target)
             files = sorted(n for n in os.listdir(partial)
                            if os.path.isfile(os.path.join(partial, n)) and not n.endswith(".pt"))
             for name in files:
@@ -152,7 +176,7 @@ def pack_carry(results: str, dest: str, steps: Sequence[Step], keys: Mapping[str
             extra = state.get("extra_state") or {}
             record["steps"][step.name] = {
                 "out": step.out, "key": key, "files": files, "log": os.path.isfile(log),
-                "num_updates": (state.get("optimizer_history") or [{}])[-1].get("num_updates"),
+                "num_updates": _updates(state), "best": best,
                 "epoch": (extra.get("train_iterator") or {}).get("epoch"),
                 "best_loss": (extra.get("best") if isinstance(extra.get("best"), (int, float)) else None)}
             for name in step.inputs:
@@ -226,6 +250,10 @@ def unpack_carry(dest: str, results: str, keys: Mapping[str, str]) -> Dict[str, 
                 shutil.copy2(os.path.join(source, file), os.path.join(staging, file))
             compact = torch.load(os.path.join(source, CARRIED_CHECKPOINT), map_location="cpu", weights_only=False)
             torch.save(expand_checkpoint(compact), os.path.join(staging, CHECKPOINT))
+            if carried.get("best") == "last":
+                shutil.copy2(os.path.join(staging, CHECKPOINT), os.path.join(staging, BEST))
+            elif carried.get("best") == "own":
+                shutil.copy2(os.path.join(source, CARRIED_BEST), os.path.join(staging, BEST))
         if carried.get("log"):
             os.makedirs(os.path.join(results, LOGS), exist_ok=True)
             with gzip.open(os.path.join(source, "step.log.gz"), "rb") as g, \

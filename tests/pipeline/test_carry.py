@@ -11,8 +11,10 @@ import sys
 import pytest
 import torch
 
-from fairseq_heads.pipeline.carry import (CARRIED_CHECKPOINT, CARRY_FILE, compact_checkpoint, expand_checkpoint,
-                                          folder_digest)
+from fairseq_heads.pipeline.carry import (BEST, CARRIED_BEST, CARRIED_CHECKPOINT, CARRY_FILE, CHECKPOINT,
+                                          compact_checkpoint, expand_checkpoint, folder_digest, pack_carry,
+                                          unpack_carry)
+from fairseq_heads.pipeline.runner import Step
 from fairseq_heads.pipeline.config import apply_overrides
 from fairseq_heads.pipeline.recipes import RECIPES, recipe_steps
 from fairseq_heads.pipeline.runner import STEP_KEY_FILE, compute_keys
@@ -123,6 +125,7 @@ def test_the_carried_training_resumes_as_the_one_resumed_in_place(carried):
     assert "--only baseline" in carried["unpacked"] and "resume baseline" in carried["resumed"]
     record = json.loads((carried["carry"] / CARRY_FILE).read_text())
     assert set(record["inputs"]) == {"data"} and record["steps"]["baseline"]["num_updates"] == 5
+    assert record["steps"]["baseline"]["best"] == "last"  # one validation: the best is the last
     # the data step made again from the corpus gave the same files (what unpacking checked)
     assert folder_digest(str(carried["fresh"] / "data")) == folder_digest(str(carried["killed"] / "data"))
     start = load(carried["killed"] / "models" / "baseline.partial" / "checkpoint_last.pt")
@@ -179,3 +182,26 @@ def test_packing_refuses_a_folder_with_nothing_to_carry_or_a_running_recipe(carr
     with folder_lock(str(carried["killed"])):
         one_line_refusal(cli("carry", "pack", carried["killed"], tmp_path / "c", check=False), "lock")
     assert not (tmp_path / "c").exists()
+
+
+def test_a_best_checkpoint_older_than_the_last_is_carried_beside_it_without_optimizer_state(tmp_path):
+    """The valid loss rose after the best checkpoint: the later steps read that one, so it goes
+    along (its weights: the optimiser state is the last one's to resume from)."""
+    results, carry, other = tmp_path / "results", tmp_path / "carry", tmp_path / "other"
+    partial = results / "models" / "train.partial"
+    partial.mkdir(parents=True)
+    last, best = adam_checkpoint(), adam_checkpoint()
+    best["optimizer_history"] = [{"num_updates": 2}]
+    best["model"] = {k: v + 1 for k, v in best["model"].items()}
+    torch.save(last, partial / CHECKPOINT)
+    torch.save(best, partial / BEST)
+    (partial / STEP_KEY_FILE).write_text("k")
+    step = Step("train", "models/train", {}, argv=lambda context: [], resumable=True)
+    record = pack_carry(str(results), str(carry), [step], {"train": "k"}, {"recipe": "r", "scale": "s", "overrides": []})
+    assert record["steps"]["train"]["best"] == "own" and record["steps"]["train"]["num_updates"] == 3
+    carried_best = load(carry / "train" / CARRIED_BEST)
+    assert "last_optimizer_state" not in carried_best
+    unpack_carry(str(carry), str(other), {"train": "k"})
+    restored = load(other / "models" / "train.partial" / BEST)
+    assert all(torch.equal(restored["model"][k], best["model"][k]) for k in best["model"])
+    assert load(other / "models" / "train.partial" / CHECKPOINT)["optimizer_history"] == last["optimizer_history"]
