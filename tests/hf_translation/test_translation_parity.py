@@ -15,8 +15,8 @@ pytest.importorskip("transformers")
 pytestmark = pytest.mark.numerics  # also run under other CPU kernel sets: make test-kernels
 
 # fp32: two implementations of the same sums in different orders (fused vs eager attention),
-# within parity_tolerance (hf_translation/hf_models.py): the rounding bound of the widest sum,
-# capped at the 1e-4; a wrong table, norm or scale moves the log-probs by > 1e-2.
+# within parity_tolerance (hf_translation/hf_models.py): the rounding bound of the widest sum;
+# a wrong table, norm or scale moves the log-probs by > 1e-2.
 MAX_LEN = 12
 
 
