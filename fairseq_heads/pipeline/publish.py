@@ -13,7 +13,6 @@ those of a re-run (a session whose results folder was lost trains the phase agai
 """
 import glob
 import gzip
-import json
 import os
 import shutil
 from typing import Iterator, Tuple
@@ -26,17 +25,15 @@ RUNNING_TRACES = ("models/*_l0.partial/gate_trace.jsonl", "models/*_l0.partial/v
 
 
 def run_name(results: str) -> str:
-    """runs/<this>/ for the run's own files: from its recipe.json, "" without one."""
-    from .recipe_json import RECIPE_JSON, packed_run_name
-    from .recipes import RECIPES
+    """runs/<this>/ for the run's own files: from its recipe.json (the config with its `--set`s, so
+    that `train.seed=2` names `_s2`), "" without one."""
+    from .recipe_json import packed_run_name, read_recipe_json, recorded_config
 
     try:
-        with open(os.path.join(results, RECIPE_JSON), encoding="utf-8") as f:
-            recipe = json.load(f)
-        config = RECIPES[recipe["recipe"]][recipe["scale"]]
-    except (OSError, ValueError, KeyError):
+        recipe, scale, _, config = recorded_config(read_recipe_json(results))
+    except (ValueError, KeyError):
         return ""
-    return packed_run_name(recipe["recipe"], recipe["scale"], config)
+    return packed_run_name(recipe, scale, config)
 
 
 def running_traces(results: str) -> Iterator[Tuple[str, bytes]]:

@@ -114,3 +114,18 @@ def test_the_formation_points_of_every_baseline_seed_are_committed(tmp_path):
                              "formation_points_s2/500/point.json", "formation_points_s2/500/stats/heads.json",
                              "formation_s2/formation.csv"]
     assert json.loads(files["formation_points_s2/500/stats/heads.json"]) == {"checkpoint": "models/x.pt"}
+
+
+def test_a_runs_own_files_are_named_by_its_settings_not_its_scale_alone(tmp_path):
+    """A results folder of `--set train.seed=2` publishes its recipe.json, steps and logs under
+    runs/<recipe>_<scale>_s2/, beside (not over) the seed-1 run's."""
+    from fairseq_heads.pipeline.publish import run_name
+
+    results = tmp_path / "results"
+    results.mkdir()
+    assert run_name(str(results)) == ""
+    (results / "recipe.json").write_text(json.dumps(
+        {"recipe": "europarl_en_it", "scale": "cpu", "overrides": ["train.seed=2", "autocast=none"]}))
+    assert run_name(str(results)) == "europarl_en_it_cpu_s2"
+    (results / "recipe.json").write_text(json.dumps({"recipe": "europarl_en_it", "scale": "cpu", "overrides": []}))
+    assert run_name(str(results)) == "europarl_en_it_cpu_s1"
