@@ -59,7 +59,7 @@ def l0_phase_options(v, context: StepContext, lam: float, trace_interval: int) -
 def plateau_stop_options(train, context: StepContext) -> List[object]:
     """A training's plateau stop (`train.plateau_validations`, nmt_config.Train; none where 0)
     with its validation trace in the step's folder: the trace is the rule's memory when the run
-    resumes. A run started before the stop was added (runner.Step.resumable_from_settings) has no
+    resumes. A run started before the stop was added (runner.Step.resumable_from) has no
     trace: it is written from the step's log first, so that the rule sees every validation, as
     it would have in a run with the stop from its start."""
     if not train.plateau_validations:

@@ -23,10 +23,11 @@ import json
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from ..commands import (curve as curve_command, prepare as prepare_command, report as report_command,
                         result as result_command, stats as stats_command)
+from ..precision import AUTOCAST_CHOICES
 from .config import precision_settings, settings_except
 from .fairseq_steps import generate, run_fairseq_heads, train_argv, training_summary
 from .formation import formation_step
@@ -119,8 +120,7 @@ class NmtSteps:
             Step("data", "data", _asdict(c.data), call=self.run_data),
             Step(f"baseline{s}", f"models/baseline{s}", self.baseline_settings(train_settings(c.train)),
                  inputs=("data",), argv=self.train_baseline, resumable=True,
-                 resumable_from_settings=(self.baseline_settings(train_settings_without_plateau_stop(c.train))
-                                          if c.train.plateau_validations else None)),
+                 resumable_from=self.baseline_resumable_from()),
             self.bleu_step(f"baseline{s}", "baseline", None),
             Step(f"stats{s}", f"stats/baseline{s}", {**_asdict(c.stats), **precision_settings(c.autocast)},
                  inputs=("data", f"baseline{s}"), call=self.run_stats),
@@ -183,9 +183,28 @@ class NmtSteps:
         shutil.copytree(os.path.join(work, "bin"), os.path.join(context.out, "bin"))
         shutil.copy2(os.path.join(work, "spm.model"), context.out)
 
-    def baseline_settings(self, train: dict) -> dict:
+    def baseline_settings(self, train: dict, autocast: Optional[str] = None) -> dict:
         c = self.c
-        return {"model": model_settings(c.model), "train": train, "fp16": c.train.fp16, **precision_settings(c.autocast)}
+        return {"model": model_settings(c.model), "train": train, "fp16": c.train.fp16,
+                **precision_settings(c.autocast if autocast is None else autocast)}
+
+    def baseline_resumable_from(self) -> Tuple[Tuple[str, dict], ...]:
+        """The baseline's earlier settings that trained the same model (runner.Step.resumable_from):
+        without the plateau stop (added to a running training: it only ends it sooner), and under
+        another autocast (a training carried to a machine with another bf16 kernel goes on in the
+        precision that pays there: fp32 weights, Adam and schedule are the same)."""
+        c = self.c
+        trains = [("", train_settings(c.train))]
+        if c.train.plateau_validations:
+            trains.append(("a stopping rule added", train_settings_without_plateau_stop(c.train)))
+        earlier = []
+        for autocast in (c.autocast, *(a for a in AUTOCAST_CHOICES if a != c.autocast)):
+            changed = "" if autocast == c.autocast else f"autocast {autocast} before, {c.autocast} now"
+            for stop, train in trains:
+                why = "; ".join(w for w in (stop, changed) if w)
+                if why:
+                    earlier.append((why, self.baseline_settings(train, autocast)))
+        return tuple(earlier)
 
     def train_baseline(self, context: StepContext) -> List[str]:
         t = self.c.train

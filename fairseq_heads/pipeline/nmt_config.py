@@ -143,7 +143,7 @@ def train_settings(train: Train) -> dict:
 
 def train_settings_without_plateau_stop(train: Train) -> dict:
     """The settings of the same training before a plateau stop was added to it: a run started
-    under them goes on under the stop (runner.Step.resumable_from_settings), which only ends it sooner."""
+    under them goes on under the stop (runner.Step.resumable_from), which only ends it sooner."""
     return settings_except(train, "num_workers", "keep_checkpoints", *PLATEAU_STOP)
 
 

@@ -38,7 +38,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..files import write_text_atomic
 from .folder_lock import folder_lock
-from .step_keys import compute_keys, earlier_key
+from .step_keys import compute_keys, earlier_reason
 
 logger = logging.getLogger(__name__)
 
@@ -60,9 +60,11 @@ class Step:
     call      a function (StepContext) -> None, run in this process; or
     argv      a function (StepContext) -> a command line (list of str), run as a subprocess
     resumable keep OUT.partial when the step fails, and resume from it under the same key
-    resumable_from_settings  (resumable steps) other settings whose OUT.partial it also resumes:
-              the same training before a stopping rule was added to it, which only ends a run
-              sooner (the step then says so and takes the partial output under its own key)
+    resumable_from  (resumable steps) (why, settings) pairs: other settings whose OUT.partial it
+              also resumes, because they train the same model: the same training before a
+              stopping rule was added to it, which only ends a run sooner, or under another
+              autocast, which rounds the products otherwise but keeps fp32 weights, optimizer
+              and schedule (the step then says why and takes the partial output under its own key)
     alone     a timing (call steps only): it starts when no other step runs or is ready to, and
               none starts beside it, as the loop waits for a call
     """
@@ -73,14 +75,14 @@ class Step:
     call: Optional[Callable[["StepContext"], None]] = None
     argv: Optional[Callable[["StepContext"], List[str]]] = None
     resumable: bool = False
-    resumable_from_settings: Optional[Mapping] = None
+    resumable_from: Tuple[Tuple[str, Mapping], ...] = ()
     alone: bool = False
 
     def __post_init__(self):
         if (self.call is None) == (self.argv is None):
             raise ValueError(f"step {self.name}: give exactly one of call and argv")
-        if self.resumable_from_settings is not None and not self.resumable:
-            raise ValueError(f"step {self.name}: resumable_from_settings needs a resumable step")
+        if self.resumable_from and not self.resumable:
+            raise ValueError(f"step {self.name}: resumable_from needs a resumable step")
         if self.alone and self.call is None:
             raise ValueError(f"step {self.name}: only a call step runs alone (it blocks the loop while it runs)")
 
@@ -230,10 +232,10 @@ class Runner:
             found = _read(key_file) if step.resumable and step.name not in self.forced else None
             if found is not None and found == self.keys[step.name]:
                 resumed = True
-            elif found is not None and found == earlier_key(step, self.keys):
+            elif found is not None and earlier_reason(step, self.keys, found) is not None:
                 resumed = True
-                print(f"{step.name}: resuming the output of its earlier settings (a stopping rule added)",
-                      flush=True)
+                print(f"{step.name}: resuming the output of its earlier settings "
+                      f"({earlier_reason(step, self.keys, found)})", flush=True)
                 write_text_atomic(key_file, self.keys[step.name])
             else:
                 shutil.rmtree(partial, ignore_errors=True)

@@ -27,8 +27,10 @@ def compute_keys(steps: Sequence) -> Dict[str, str]:
     return keys
 
 
-def earlier_key(step, input_keys: Mapping[str, str]) -> Optional[str]:
-    """The key the step had under its `resumable_from_settings` (the same inputs), or None."""
-    if step.resumable_from_settings is None:
-        return None
-    return step_key(dataclasses.replace(step, settings=step.resumable_from_settings), input_keys)
+def earlier_reason(step, input_keys: Mapping[str, str], found: str) -> Optional[str]:
+    """Why the step may resume a partial output of key `found`: the reason of the first of its
+    `resumable_from` settings that had that key (the same inputs), or None."""
+    for why, settings in step.resumable_from:
+        if step_key(dataclasses.replace(step, settings=settings), input_keys) == found:
+            return why
+    return None

@@ -1,6 +1,6 @@
 """The baseline's plateau stop (nmt_config.Train.plateau_validations): the fairseq-train options
 it adds, the keys it leaves alone, and, end to end on the toy recipe, a training started without
-it that goes on under it (runner.Step.resumable_from_settings) and stops where the rule, fed every
+it that goes on under it (runner.Step.resumable_from) and stops where the rule, fed every
 validation of the log, says."""
 import os
 import shutil
@@ -13,6 +13,7 @@ from fairseq_heads.convergence import read_validations
 from fairseq_heads.pipeline.config import apply_overrides
 from fairseq_heads.pipeline.recipes import RECIPES, recipe_steps
 from fairseq_heads.pipeline.runner import STEP_KEY_FILE, compute_keys
+from fairseq_heads.pipeline.step_keys import earlier_reason
 
 TOY = RECIPES["europarl_en_it"]["toy"]
 
@@ -27,9 +28,28 @@ def test_the_stop_changes_only_the_key_of_a_baseline_that_has_it():
     # set to 0 it is not in the settings: the keys of every recipe without it are what they were
     assert baseline_key(apply_overrides(TOY, ["train.plateau_loss_tolerance=0.01"])) == baseline_key(TOY)
     step = {s.name: s for s in recipe_steps(with_stop, "/data", "/user_dir")}["baseline"]
-    assert step.resumable_from_settings == {s.name: s for s in recipe_steps(TOY, "/data", "/user_dir")}[
-        "baseline"].settings
-    assert {s.name: s for s in recipe_steps(TOY, "/data", "/user_dir")}["baseline"].resumable_from_settings is None
+    without = {s.name: s for s in recipe_steps(TOY, "/data", "/user_dir")}["baseline"]
+    assert dict(step.resumable_from)["a stopping rule added"] == without.settings
+    assert earlier_reason(step, compute_keys(recipe_steps(with_stop, "/data", "/user_dir")),
+                          baseline_key(TOY)) == "a stopping rule added"
+    assert not any("stopping rule" in why for why, _ in without.resumable_from)
+
+
+def test_a_baseline_resumes_the_output_of_another_autocast_and_nothing_else():
+    """A training carried to a machine whose bf16 kernel differs goes on in the precision that pays
+    there: the step resumes the partial output of the same settings under any other autocast, with
+    or without the plateau stop, and names the change; another learning rate it does not."""
+    config = apply_overrides(TOY, ["autocast=auto", "train.plateau_validations=3"])
+    steps = recipe_steps(config, "/data", "/user_dir")
+    step, keys = {s.name: s for s in steps}["baseline"], compute_keys(steps)
+    for before in ("none", "bf16"):
+        assert earlier_reason(step, keys, baseline_key(apply_overrides(config, [f"autocast={before}"]))) == \
+            f"autocast {before} before, auto now"
+        assert earlier_reason(step, keys, baseline_key(apply_overrides(
+            config, [f"autocast={before}", "train.plateau_validations=0"]))) == \
+            f"a stopping rule added; autocast {before} before, auto now"
+    assert earlier_reason(step, keys, keys["baseline"]) is None  # its own key is not an earlier one
+    assert earlier_reason(step, keys, baseline_key(apply_overrides(config, ["autocast=none", "train.lr=1"]))) is None
 
 
 def recipe(results, *settings):

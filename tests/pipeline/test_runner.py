@@ -135,20 +135,20 @@ def test_a_resumable_step_goes_on_from_the_output_of_the_settings_it_may_resume(
     is resumed (and from then on under the new key); another earlier setting's is not."""
     Runner([training(stop_at=3)], tmp_path).run()
     with_rule = Step("train", "model", {"lr": 1.0, "stop": "plateau"}, argv=training(0).argv, resumable=True,
-                     resumable_from_settings={"lr": 1.0})
+                     resumable_from=(("a stopping rule added", {"lr": 1.0}),))
     assert Runner([with_rule], tmp_path).run() == []
     out = capsys.readouterr().out
-    assert "resume train" in out and "earlier settings" in out
+    assert "resume train" in out and "earlier settings (a stopping rule added)" in out
     assert (tmp_path / "model" / "updates").read_text() == "5"
 
     Runner([training(stop_at=3)], tmp_path).run()  # a partial of lr 1.0 again
     capsys.readouterr()
     other = Step("train", "model", {"lr": 0.5, "stop": "plateau"}, argv=training(0).argv, resumable=True,
-                 resumable_from_settings={"lr": 0.5})
+                 resumable_from=(("a stopping rule added", {"lr": 0.5}),))
     Runner([other], tmp_path).run()
     assert "run  train" in capsys.readouterr().out
     with pytest.raises(ValueError, match="needs a resumable step"):
-        Step("x", "x", {}, argv=training(0).argv, resumable_from_settings={})
+        Step("x", "x", {}, argv=training(0).argv, resumable_from=(("why", {}),))
 
 
 def test_only_runs_the_named_steps_and_what_they_read(tmp_path, capsys):
