@@ -1,6 +1,7 @@
 """`fairseq-heads carry pack RESULTS DEST` / `carry unpack DEST RESULTS`: a results folder's
-unfinished trainings in a compact form to commit, and laid out again on another machine, where
-`fairseq-heads recipe` (the same recipe and `--set`s, which DEST/carry.json records) resumes them.
+unfinished trainings and finished steps in a compact form to commit, and laid out again on another
+machine, where `fairseq-heads recipe` (the same recipe and `--set`s, which DEST/carry.json records)
+resumes the trainings and skips the finished steps.
 
     fairseq-heads carry pack work/recipes/europarl_en_it_cpu carry/europarl_en_it_cpu
     # another machine, the same repository:
@@ -16,10 +17,10 @@ import os
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    pack = actions.add_parser("pack", help="RESULTS' unfinished trainings -> DEST (replaced whole)")
+    pack = actions.add_parser("pack", help="RESULTS' unfinished trainings and finished steps -> DEST (replaced whole)")
     pack.add_argument("results", metavar="RESULTS", help="a recipe's results folder (no run may hold it)")
     pack.add_argument("dest", metavar="DEST", help="the carried form, e.g. carry/NAME")
-    unpack = actions.add_parser("unpack", help="DEST -> RESULTS' models/*.partial, to resume")
+    unpack = actions.add_parser("unpack", help="DEST -> RESULTS' models/*.partial (to resume) and finished steps")
     unpack.add_argument("dest", metavar="DEST", help="a folder written by `carry pack`")
     unpack.add_argument("results", metavar="RESULTS",
                         help="a results folder of the same recipe whose inputs (the data step) are done")
@@ -50,6 +51,8 @@ def run(args) -> int:
                                 {k: recorded[k] for k in ("recipe", "scale", "overrides")})
         for name, step in record["steps"].items():
             print(f"carried {name}: update {step['num_updates']}, epoch {step['epoch']} -> {args.dest}")
+        for name in record["done"]:
+            print(f"carried {name}: finished -> {args.dest}")
         return 0
     record = read_carry(args.dest)
     steps, keys = _steps_and_keys(record["invocation"], os.path.join(args.dest, CARRY_FILE))
@@ -57,7 +60,9 @@ def run(args) -> int:
         carried = unpack_carry(args.dest, args.results, keys)
     invocation = record["invocation"]
     sets = "".join(f" --set {o}" for o in invocation["overrides"])
-    for name, step in carried.items():
+    for name in carried["done"]:
+        print(f"laid out {name} (finished) in {args.results}")
+    for name, step in carried["steps"].items():
         print(f"laid out {name} (update {step['num_updates']}) in {args.results}; resume it with "
               f"`fairseq-heads recipe {invocation['recipe']} --scale {invocation['scale']}{sets} "
               f"--results {args.results} --only {name}`")

@@ -19,6 +19,15 @@ What is carried of a step (CARRIED below):
 - its best checkpoint (`checkpoint_best.pt`, what the recipe's later steps read) only when it is
   not the last one (the valid loss rose since), and then without optimiser state (its weights
   are what is read of it); when it is the last one, unpacking writes it from the last.
+
+What is carried of a finished step (DONE below), so that a protocol whose steps span sessions
+(the L0 phases read the finished baseline, the fixed-mask phases the L0 models) goes on: every
+done step of the recipe that reads another step (a step that reads none, the `data` step, is
+made again from the corpus, as for the unfinished ones), with its marker and its output folder:
+every file but the checkpoints, and its `checkpoint_best.pt` and `checkpoint_last.pt` (what later
+steps read) with the weights exact and no optimiser state, one file when they are the same
+update; its interval checkpoints stay behind (the formation points computed from them are
+carried). The same finished step packed again gives the same bytes, which git stores once.
 """
 import gzip
 import hashlib
@@ -37,7 +46,9 @@ CHECKPOINT = "checkpoint_last.pt"
 CARRIED_CHECKPOINT = "checkpoint_last.carried.pt"
 BEST = "checkpoint_best.pt"
 CARRIED_BEST = "checkpoint_best.carried.pt"
-CARRY_FORMAT = 1
+CARRY_FORMAT = 2
+READABLE_FORMATS = (1, 2)  # format 1: unfinished trainings only
+DONE_CHECKPOINTS = (BEST, CHECKPOINT)
 # folders of the results folder that a running training's companions fill and that outlive its
 # checkpoints: `formation_points<suffix>` (recipes/europarl_en_it/watch_formation.py)
 DERIVED_FOLDERS = ("formation_points",)
@@ -135,6 +146,58 @@ def carried_steps(results: str, steps: Iterable[Step]) -> List[Step]:
             and os.path.isfile(os.path.join(results, s.out + ".partial", CHECKPOINT))]
 
 
+def done_steps(results: str, steps: Iterable[Step], keys: Mapping[str, str]) -> List[Step]:
+    """The steps of `steps` done in `results` under their key that read another step (a source
+    step, the data, is made again on the other machine)."""
+    return [s for s in steps if s.inputs and s.out is not None and _marker_key(results, s.name) == keys[s.name]
+            and os.path.isdir(os.path.join(results, s.out))]
+
+
+def weights_only(state: Mapping) -> dict:
+    """A fairseq checkpoint without its optimiser state: what fairseq-generate, `stats` and
+    --finetune-from-model read of a finished model."""
+    return {k: v for k, v in state.items() if k != "last_optimizer_state"}
+
+
+def _pack_done(results: str, step: Step, target: str) -> dict:
+    """DONE/<step>: the output folder's files but the checkpoints, best and last weights only."""
+    out = os.path.join(results, step.out)
+    files = []
+    for root, dirs, names in os.walk(out):
+        dirs.sort()
+        for name in sorted(names):
+            relative = os.path.relpath(os.path.join(root, name), out)
+            if name.endswith(".pt"):
+                continue
+            os.makedirs(os.path.dirname(os.path.join(target, relative)), exist_ok=True)
+            shutil.copy2(os.path.join(root, name), os.path.join(target, relative))
+            files.append(relative)
+    checkpoints, written = {}, {}  # checkpoint name -> the carried file; update -> that file
+    for name in DONE_CHECKPOINTS:
+        path = os.path.join(out, name)
+        if os.path.isfile(path):
+            state = torch.load(path, map_location="cpu", weights_only=False)
+            updates = _updates(state)
+            if updates is None or updates not in written:  # best == last: one file
+                torch.save(weights_only(state), os.path.join(target, name))
+                written[updates] = name
+            checkpoints[name] = written[updates] if updates is not None else name
+    with open(os.path.join(results, MARKERS, step.name + ".json"), encoding="utf-8") as f:
+        marker = json.load(f)
+    return {"out": step.out, "key": marker["key"], "marker": marker, "files": files, "checkpoints": checkpoints}
+
+
+def _unpack_done(source: str, results: str, name: str, carried: Mapping) -> None:
+    with staged_dir(os.path.join(results, carried["out"])) as staging:
+        for relative in carried["files"]:
+            os.makedirs(os.path.dirname(os.path.join(staging, relative)), exist_ok=True)
+            shutil.copy2(os.path.join(source, relative), os.path.join(staging, relative))
+        for checkpoint, carried_file in carried["checkpoints"].items():
+            shutil.copy2(os.path.join(source, carried_file), os.path.join(staging, checkpoint))
+    os.makedirs(os.path.join(results, MARKERS), exist_ok=True)
+    write_text_atomic(os.path.join(results, MARKERS, name + ".json"), json.dumps(carried["marker"]) + "\n")
+
+
 def _derived_folders(results: str) -> List[str]:
     return sorted(name for name in os.listdir(results)
                   if any(name.startswith(prefix) for prefix in DERIVED_FOLDERS)
@@ -148,9 +211,12 @@ def pack_carry(results: str, dest: str, steps: Sequence[Step], keys: Mapping[str
     results = os.path.abspath(results)
     by_name = {s.name: s for s in steps}
     chosen = carried_steps(results, steps)
-    if not chosen:
-        raise ValueError(f"{results}: no unfinished training to carry (no models/*.partial/{CHECKPOINT})")
-    record = {"format": CARRY_FORMAT, "invocation": dict(invocation), "steps": {}, "inputs": {}}
+    done = done_steps(results, steps, keys)
+    if not chosen and not done:
+        raise ValueError(f"{results}: no training to carry (no models/*.partial/{CHECKPOINT}, "
+                         f"no finished step that reads another)")
+    record = {"format": CARRY_FORMAT, "invocation": dict(invocation), "steps": {}, "done": {}, "inputs": {}}
+    carried_names = {s.name for s in chosen} | {s.name for s in done}
     with staged_dir(dest) as staging:
         for step in chosen:
             partial = os.path.join(results, step.out + ".partial")
@@ -179,7 +245,10 @@ def pack_carry(results: str, dest: str, steps: Sequence[Step], keys: Mapping[str
                 "num_updates": _updates(state), "best": best,
                 "epoch": (extra.get("train_iterator") or {}).get("epoch"),
                 "best_loss": (extra.get("best") if isinstance(extra.get("best"), (int, float)) else None)}
-            for name in step.inputs:
+        for step in done:
+            record["done"][step.name] = _pack_done(results, step, os.path.join(staging, "done", step.name))
+        for step in [*chosen, *done]:
+            for name in (n for n in step.inputs if n not in carried_names):
                 out = by_name[name].out
                 marker = _marker_key(results, name)
                 if marker != keys[name] or out is None or not os.path.isdir(os.path.join(results, out)):
@@ -204,8 +273,10 @@ def read_carry(dest: str) -> dict:
         raise ValueError(f"{path}: not found: not a carried training") from None
     except ValueError as error:
         raise ValueError(f"{path}: not JSON ({error})") from None
-    if record.get("format") != CARRY_FORMAT:
-        raise ValueError(f"{path}: format {record.get('format')!r}, this version reads {CARRY_FORMAT}")
+    if record.get("format") not in READABLE_FORMATS:
+        raise ValueError(f"{path}: format {record.get('format')!r}, this version reads "
+                         f"{', '.join(map(str, READABLE_FORMATS))}")
+    record.setdefault("done", {})
     return record
 
 
@@ -215,7 +286,7 @@ def check_unpack(dest: str, results: str, keys: Mapping[str, str]) -> dict:
     a step already there."""
     record = read_carry(dest)
     results = os.path.abspath(results)
-    for name, carried in record["steps"].items():
+    for name, carried in [*record["steps"].items(), *record["done"].items()]:
         if keys.get(name) != carried["key"]:
             raise ValueError(f"step {name}: the recipe's key is {keys.get(name)}, the carried training's "
                              f"{carried['key']} (its settings or code differ)")
@@ -239,7 +310,7 @@ def check_unpack(dest: str, results: str, keys: Mapping[str, str]) -> dict:
 
 
 def unpack_carry(dest: str, results: str, keys: Mapping[str, str]) -> Dict[str, dict]:
-    """Lay DEST out in RESULTS (checked first: `check_unpack`); returns the carried steps."""
+    """Lay DEST out in RESULTS (checked first: `check_unpack`); returns its record (carry.json)."""
     record = check_unpack(dest, results, keys)
     results = os.path.abspath(results)
     for name, carried in record["steps"].items():
@@ -259,6 +330,8 @@ def unpack_carry(dest: str, results: str, keys: Mapping[str, str]) -> Dict[str, 
             with gzip.open(os.path.join(source, "step.log.gz"), "rb") as g, \
                     open(os.path.join(results, LOGS, name + ".log"), "wb") as f:
                 shutil.copyfileobj(g, f)
+    for name, carried in record["done"].items():
+        _unpack_done(os.path.join(dest, "done", name), results, name, carried)
     for folder in record.get("derived", []):
         shutil.copytree(os.path.join(dest, "derived", folder), os.path.join(results, folder))
-    return record["steps"]
+    return record

@@ -1,11 +1,11 @@
 """Follow a running `europarl_en_it --scale cpu` baseline: compute the formation curve's point of each
 interval checkpoint as it appears (fairseq_heads/pipeline/formation.py), and redraw the table and
-figure after each, until the baseline step has finished and every point is done. The recipe's
-`formation` step reuses the points (the same folder), so nothing is computed twice. The config,
-and so the baseline's name (`baseline_s2` for `--set train.seed=2`), is the one RESULTS/recipe.json
-records.
+figure after each, until the baseline step has finished and every point is done (with --once:
+the points due now, then exit; a stopped session's last ones). The recipe's `formation` step
+reuses the points (the same folder), so nothing is computed twice. The config, and so the
+baseline's name (`baseline_s2` for `--set train.seed=2`), is the one RESULTS/recipe.json records.
 
-    python recipes/europarl_en_it/watch_formation.py RESULTS [--every 1] [--poll 120]
+    python recipes/europarl_en_it/watch_formation.py RESULTS [--every 1] [--poll 120] [--once]
 """
 import argparse
 import os
@@ -23,6 +23,7 @@ def main() -> int:
     parser.add_argument("results")
     parser.add_argument("--every", type=int, default=1)
     parser.add_argument("--poll", type=float, default=120.0)
+    parser.add_argument("--once", action="store_true", help="compute the points due now, then exit")
     args = parser.parse_args()
     results = os.path.abspath(args.results)
     try:
@@ -43,7 +44,7 @@ def main() -> int:
         if done:  # the step's own folder is written by the step: this one is the watcher's
             write_formation(points, os.path.join(results, f"formation_watch{s}"))
             print(formation_markdown(formation_rows(points)), flush=True)
-        elif finished:
+        if finished or args.once:
             return 0
         time.sleep(args.poll)
 

@@ -175,7 +175,11 @@ def test_unpacking_refuses_other_data_a_step_already_there_and_a_missing_input(c
 
 
 def test_packing_refuses_a_folder_with_nothing_to_carry_or_a_running_recipe(carried, tmp_path):
-    one_line_refusal(cli("carry", "pack", carried["fresh"], tmp_path / "c", check=False), "no unfinished training")
+    data_only = tmp_path / "data_only"  # the data step alone is made again, not carried
+    shutil.copytree(carried["fresh"], data_only)
+    shutil.rmtree(data_only / "models")
+    os.remove(data_only / ".steps" / "baseline.json")
+    one_line_refusal(cli("carry", "pack", data_only, tmp_path / "c", check=False), "no training to carry")
     one_line_refusal(cli("carry", "pack", tmp_path, tmp_path / "c", check=False), "recipe.json")
     from fairseq_heads.pipeline.folder_lock import folder_lock
 
@@ -205,3 +209,48 @@ def test_a_best_checkpoint_older_than_the_last_is_carried_beside_it_without_opti
     restored = load(other / "models" / "train.partial" / BEST)
     assert all(torch.equal(restored["model"][k], best["model"][k]) for k in best["model"])
     assert load(other / "models" / "train.partial" / CHECKPOINT)["optimizer_history"] == last["optimizer_history"]
+
+
+def result_files(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_finished_baseline_and_a_step_done_on_it_are_carried_and_a_later_step_reads_them(carried, tmp_path):
+    """A protocol that spans machines: the finished baseline (weights only, best == last in one
+    file) and its BLEU step go along with their markers; on the other machine the recipe skips
+    both and the statistics step computes from the carried weights what it computes in place.
+    Packed again, the same finished step gives the same bytes (git stores it once)."""
+    origin, carry, again, other = tmp_path / "origin", tmp_path / "carry", tmp_path / "again", tmp_path / "other"
+    shutil.copytree(carried["fresh"], origin)
+    settings = [*SCHEDULE, "train.max_update=10"]
+    recipe(origin, *settings, only="bleu_baseline")
+    assert "carried baseline: finished" in cli("carry", "pack", origin, carry).stdout
+    cli("carry", "pack", origin, again)
+    record = json.loads((carry / CARRY_FILE).read_text())
+    assert record["steps"] == {} and set(record["done"]) == {"baseline", "bleu_baseline"}
+    assert set(record["inputs"]) == {"data"}  # what the other machine makes again and checks
+    assert record["done"]["baseline"]["checkpoints"] == {BEST: BEST, CHECKPOINT: BEST}
+    assert {p.name for p in carry.rglob("*.pt")} == {BEST}
+    assert (carry / "done" / "baseline" / BEST).read_bytes() == (again / "done" / "baseline" / BEST).read_bytes()
+    carried_state = load(carry / "done" / "baseline" / BEST)
+    original = load(origin / "models" / "baseline" / BEST)
+    assert "last_optimizer_state" not in carried_state
+    assert all(torch.equal(carried_state["model"][k], original["model"][k]) for k in original["model"])
+
+    recipe(other, *settings, only="data")
+    assert "laid out baseline (finished)" in cli("carry", "unpack", carry, other).stdout
+    out = recipe(other, *settings, only="bleu_baseline,stats")
+    assert "skip baseline (done)" in out and "skip bleu_baseline (done)" in out and "run  stats" in out
+    assert result_files(other / "results") == result_files(origin / "results")  # the BLEU step's output
+    recipe(origin, *settings, only="stats")
+    ours, theirs = result_files(other / "stats" / "baseline"), result_files(origin / "stats" / "baseline")
+    assert ours.keys() == theirs.keys() and ours
+    for name in (n for n in ours if n.endswith(".json")):
+        assert _without_paths(json.loads(ours[name]), other) == _without_paths(json.loads(theirs[name]), origin), name
+    # a carried finished step already there is refused like an unfinished one
+    one_line_refusal(cli("carry", "unpack", carry, other, check=False), "exists")
+
+
+def _without_paths(value, folder):
+    """A result file's content with the results folder's path taken out (the files name their inputs)."""
+    return json.loads(json.dumps(value).replace(str(folder), "RESULTS"))

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The Europarl CPU baseline (docs/results/europarl_en_it_cpu) goes on across sessions and machines:
+# `start` at the beginning of a session, `stop` before its end (carry/README.md says why).
+#
+#   recipes/europarl_en_it/cpu_session.sh start [RESULTS]
+#   recipes/europarl_en_it/cpu_session.sh stop  [RESULTS]   # waits for the next checkpoint
+#   STOP_NOW=1 recipes/europarl_en_it/cpu_session.sh stop   # keeps only the last checkpoint's work
+#
+# start: the data step under the carried invocation (carry.json), `carry unpack` where RESULTS has
+#   no partial training yet (a machine handed back as it was keeps its own, newer one), then the
+#   recipe (this script's SETS: the run's own settings) and the formation watcher in the background,
+#   their process groups in RESULTS/session.pids, their output in RESULTS/session_*.out.
+# stop: waits until the training has saved its next checkpoint (every 500 updates: nothing trained
+#   is lost), stops the recipe and the watcher, computes the formation points due (the watcher's
+#   --once), and packs the run into carry/ (replaced whole): `git add carry/europarl_en_it_cpu`.
+#
+# RESULTS defaults to /work/runs/europarl_en_it_cpu, outside the work tree, which a session laid
+# out anew does not keep. Run from the repository root with .venv's fairseq-heads on PATH.
+set -euo pipefail
+
+ACTION=${1:?usage: cpu_session.sh start|stop [RESULTS]}
+R=${2:-/work/runs/europarl_en_it_cpu}
+CARRY=carry/europarl_en_it_cpu
+SETS=(--set train.seed=2)   # the run: seed 2, autocast from the recipe (auto)
+STEP=baseline_s2
+PIDS=$R/session.pids
+PY=${PYTHON:-python}
+
+carried_sets() {  # the --set options of the invocation the pack was made under
+    "$PY" -c 'import json, sys; print(" ".join("--set " + o for o in json.load(open(sys.argv[1]))["invocation"]["overrides"]))' \
+        "$CARRY/carry.json"
+}
+
+last_saved_update() {  # the update of the last checkpoint the training log says it saved, or 0
+    { grep -o 'Saved checkpoint .*(epoch [0-9]* @ [0-9]* updates' "$R/logs/$STEP.log" 2>/dev/null || true; } \
+        | tail -1 | sed -E 's/.*@ ([0-9]+) updates/\1/; s/^$/0/'
+}
+
+case $ACTION in
+start)
+    if [ -f "$PIDS" ] && xargs -r ps -o pid= -p < "$PIDS" > /dev/null 2>&1; then
+        echo "cpu_session: a session already runs in $R ($PIDS)" >&2; exit 2
+    fi
+    # shellcheck disable=SC2046
+    fairseq-heads recipe europarl_en_it --scale cpu $(carried_sets) --results "$R" --only data
+    if [ ! -d "$R/models/$STEP.partial" ] && [ ! -d "$R/models/$STEP" ]; then
+        fairseq-heads carry unpack "$CARRY" "$R"
+    else
+        echo "cpu_session: $R/models already holds $STEP; the carried state is not laid out"
+    fi
+    setsid nohup fairseq-heads recipe europarl_en_it --scale cpu "${SETS[@]}" --results "$R" \
+        --only "$STEP,syntax_data" > "$R/session_recipe.out" 2>&1 < /dev/null &
+    echo $! > "$PIDS"
+    sleep 60  # the watcher reads the recipe.json the recipe has just written
+    OMP_NUM_THREADS=1 setsid nohup "$PY" recipes/europarl_en_it/watch_formation.py "$R" --every 2 \
+        > "$R/session_watch.out" 2>&1 < /dev/null &
+    echo $! >> "$PIDS"
+    echo "cpu_session: training and watcher started (process groups $(tr '\n' ' ' < "$PIDS")); $R/logs/$STEP.log"
+    ;;
+stop)
+    [ -f "$PIDS" ] || { echo "cpu_session: no $PIDS: nothing started here" >&2; exit 2; }
+    if [ -z "${STOP_NOW:-}" ]; then
+        from=$(last_saved_update)
+        echo "cpu_session: waiting for the checkpoint after update $from"
+        while [ "$(last_saved_update)" = "$from" ]; do sleep 20; done
+    fi
+    echo "cpu_session: stopping at the checkpoint of update $(last_saved_update)"
+    while read -r pid; do kill -TERM -- "-$pid" 2>/dev/null || true; done < "$PIDS"
+    while read -r pid; do while kill -0 -- "-$pid" 2>/dev/null; do sleep 2; done; done < "$PIDS"
+    rm -f "$PIDS"
+    OMP_NUM_THREADS=2 "$PY" recipes/europarl_en_it/watch_formation.py "$R" --every 2 --once
+    fairseq-heads carry pack "$R" "$CARRY"
+    echo "cpu_session: packed; now git add $CARRY (and publish: docs/results/europarl_en_it_cpu/README.md)"
+    ;;
+*)
+    echo "cpu_session: unknown action $ACTION (start or stop)" >&2; exit 2
+    ;;
+esac
