@@ -1,7 +1,7 @@
 """bf16 autocast against fp32 on this CPU, side by side in one run: training, `stats` and generation.
 
     python benchmarks/autocast_cpu.py --data-bin RESULTS/data/bin [--src en --tgt it]
-        [--updates 60] [--rounds 2] [--threads 1] [--checkpoint TRAINED.pt]
+        [--updates 60] [--rounds 2] [--threads 1] [--checkpoint TRAINED.pt]   # --rounds 0: training alone
         [--out benchmarks/results/autocast_cpu_europarl.json]
 
 The workload is the `europarl_en_it --scale cpu` recipe's baseline (fairseq_heads/pipeline/recipes.py:
@@ -184,7 +184,7 @@ def main(argv=None) -> int:
     parser.add_argument("--src", default="en")
     parser.add_argument("--tgt", default="it")
     parser.add_argument("--updates", type=int, default=60)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2, help="of the analysis; 0: the training part alone")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--checkpoint", help="a trained model for stats and generate (module doc)")
     parser.add_argument("--out", default="benchmarks/results/autocast_cpu_europarl.json")
@@ -201,23 +201,26 @@ def main(argv=None) -> int:
             result, heads[autocast] = analyse(args, autocast, checkpoint, work, env)
             analysis[autocast].append(result)
             print(autocast, "analysis", result, flush=True)
+    analysed = args.rounds > 0
     best = {v: {"stats_s": min(r["stats_s"] for r in analysis[v]),
                 "generate_s": min(r["generate_s"] for r in analysis[v]),
                 "bleu_line": analysis[v][0]["bleu_line"],
-                "hypothesis_tokens": analysis[v][0]["hypothesis_tokens"]} for v in VARIANTS}
+                "hypothesis_tokens": analysis[v][0]["hypothesis_tokens"]} for v in VARIANTS} if analysed else None
     speedup = {
         "train": round(train["bf16"]["target_tokens_per_s_median"] / train["none"]["target_tokens_per_s_median"], 3),
         "train_bf16_flash": round(train["bf16_flash"]["target_tokens_per_s_median"]
-                                  / train["none"]["target_tokens_per_s_median"], 3),
-        "stats": round(best["none"]["stats_s"] / best["bf16"]["stats_s"], 3),
-        "generate": round(best["none"]["generate_s"] / best["bf16"]["generate_s"], 3)}
+                                  / train["none"]["target_tokens_per_s_median"], 3)}
+    if analysed:
+        speedup.update(stats=round(best["none"]["stats_s"] / best["bf16"]["stats_s"], 3),
+                       generate=round(best["none"]["generate_s"] / best["bf16"]["generate_s"], 3))
     report = {
         "benchmark": "autocast_cpu", "machine": machine_info(), "threads": args.threads, "updates": args.updates,
         "workload": "europarl_en_it --scale cpu baseline: 6+6 x 8 heads, d=256, 4,096-token batches",
-        "analysed_checkpoint": args.checkpoint or "the fp32 model after the training part",
+        "analysed_checkpoint": (args.checkpoint or "the fp32 model after the training part") if analysed
+        else "none (--rounds 0: the training part alone)",
         "train": train, "best": best, "analysis_rounds": analysis, "bf16_speedup": speedup,
         "valid_loss_difference": round(train["bf16"]["valid_loss_fp32_eval"] - train["none"]["valid_loss_fp32_eval"], 6),
-        "confidence_max_abs_difference": round(confidence_gap(heads["none"], heads["bf16"]), 5),
+        "confidence_max_abs_difference": round(confidence_gap(heads["none"], heads["bf16"]), 5) if analysed else None,
         "verdict": {part: ("bf16 faster" if ratio > 1.0 else "bf16 NOT faster") for part, ratio in speedup.items()},
     }
     write_text_atomic(args.out, json.dumps(report, indent=1) + "\n")
