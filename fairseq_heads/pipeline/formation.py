@@ -154,13 +154,13 @@ def formation_settings(config) -> FormationSettings:
 
 
 def write_formation(points_dir: str, out_dir: str) -> None:
-    """formation.csv, formation.md and formation.png of the points so far."""
-    from ..report.formation import formation_csv, formation_markdown, formation_rows, plot_formation
+    """formation.csv, formation.md (the table and its verdict) and formation.png of the points so far."""
+    from ..report.formation import formation_csv, formation_markdown, formation_rows, formation_verdict, plot_formation
 
     rows = formation_rows(points_dir)
     os.makedirs(out_dir, exist_ok=True)
     write_text_atomic(os.path.join(out_dir, "formation.csv"), formation_csv(rows))
-    write_text_atomic(os.path.join(out_dir, "formation.md"), formation_markdown(rows))
+    write_text_atomic(os.path.join(out_dir, "formation.md"), formation_markdown(rows) + "\n" + formation_verdict(rows) + "\n")
     plot_formation(rows, os.path.join(out_dir, "formation.png"))
 
 

@@ -13,6 +13,12 @@ A row's columns, each from the heads table (stats/table.py) of that checkpoint:
                                             the rarest token, beside the share a uniform head would get;
   enc-dec confidence                        the mean (and largest) confidence of encoder-decoder heads;
   BLEU                                      on the valid sample (pipeline/formation.py says which).
+
+Below the table, `formation_verdict` says when each function first had a head past its threshold
+(or that none has after N epochs) and whether the curve has flattened, by a rule fixed before the
+Europarl run's late points existed (issue 50): flat once, over the last epoch (the window of that
+baseline's plateau stop: 6 validations 500 updates apart), no tracked statistic moved by as much
+as 0.02 (absolute, on shares and gains in [0, 1]: a fifth of the syntactic margin of 0.10).
 """
 import csv
 import io
@@ -32,6 +38,15 @@ COLUMNS = ("update", "epoch", "valid_loss", "bleu",
            *(f"positional_best_{t}" for t in TYPES), *(f"positional_heads_{t}" for t in TYPES),
            "syntactic_best_gain", "syntactic_best_relation", "syntactic_heads",
            "rare_best_share", "rare_chance", "rare_heads", "enc_dec_confidence_mean", "enc_dec_confidence_max")
+
+
+# the formation verdict's rule (module docstring)
+FLAT_WINDOW_EPOCHS = 1.0
+FLAT_TOLERANCE = 0.02
+TRACKED = ("positional_best_enc-self", "positional_best_dec-self", "syntactic_best_gain", "rare_best_share",
+           "enc_dec_confidence_mean")
+FUNCTION_COUNTS = {"positional": tuple(f"positional_heads_{t}" for t in TYPES), "syntactic": ("syntactic_heads",),
+                   "rare-word": ("rare_heads",)}
 
 
 def _float(value) -> Optional[float]:
@@ -128,6 +143,58 @@ def formation_markdown(rows: List[Dict[str, object]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def first_appearance(rows: List[Dict[str, object]], function: str) -> Optional[Dict[str, object]]:
+    """The first row with a head of `function` (a FUNCTION_COUNTS key) past its threshold, or None."""
+    for row in rows:
+        if sum(int(row.get(column) or 0) for column in FUNCTION_COUNTS[function]) > 0:
+            return row
+    return None
+
+
+def last_epoch_moves(rows: List[Dict[str, object]], window: float = FLAT_WINDOW_EPOCHS) -> Optional[Dict[str, float]]:
+    """How far each TRACKED statistic ranged (max - min) over the last `window` epochs: the rows
+    from the last one at least `window` epochs before the final row, through the final row; None
+    when the rows do not yet span `window` epochs (or lack epochs)."""
+    epochs = [_float(r.get("epoch")) for r in rows]
+    if not rows or any(e is None for e in epochs):
+        return None
+    starts = [i for i, e in enumerate(epochs) if epochs[-1] - e >= window]
+    if not starts:
+        return None
+    span = rows[starts[-1]:]
+    moves = {}
+    for column in TRACKED:
+        values = [v for v in (_float(r.get(column)) for r in span) if v is not None]
+        if values:
+            moves[column] = max(values) - min(values)
+    return moves
+
+
+def formation_verdict(rows: List[Dict[str, object]], window: float = FLAT_WINDOW_EPOCHS,
+                      tolerance: float = FLAT_TOLERANCE) -> str:
+    """When each function appeared, and whether the curve has flattened (module docstring)."""
+    if not rows:
+        return ""
+    last = rows[-1]
+    where = f"update {last['update']}" + (f", epoch {_cell(_float(last.get('epoch')), 2)}" if last.get("epoch") else "")
+    parts = []
+    for function in FUNCTION_COUNTS:
+        row = first_appearance(rows, function)
+        parts.append(f"{function}: first at update {row['update']}" if row is not None
+                     else f"{function}: no head by {where}")
+    moves = last_epoch_moves(rows, window)
+    span, a_span = ("epoch", "an epoch") if window == 1 else (f"{window:g} epochs",) * 2
+    if moves is None:
+        flat = f"The curve does not yet span {a_span}: its flatness is not judged"
+    else:
+        moving = {k: v for k, v in moves.items() if v >= tolerance}
+        flat = (f"The curve is flat: over the last {span} no statistic moved by {tolerance:g} or more"
+                if not moving else
+                f"The curve still moves over the last {span}: "
+                + ", ".join(f"{k.replace('_', ' ')} by {v:.2f}" for k, v in sorted(moving.items())))
+    return "; ".join(parts) + ". " + flat + "."
+
+
 def formation_table(rows: List[Dict[str, object]]):
     """The rows as the report's Table (report/table_basics.py)."""
     from .table_basics import Table
@@ -138,7 +205,7 @@ def formation_table(rows: List[Dict[str, object]]):
                  "most-attended key sits at one offset (>= 0.9: positional); syntactic gain: the best encoder "
                  "head's accuracy on its best relation minus that relation's positional baseline (>= 0.10); "
                  "rare share: of sentences whose most-attended key is the rarest token (>= 0.5), chance beside it; "
-                 f"BLEU: {'; '.join(sorted({str(r.get('bleu_sample')) for r in rows}))}")
+                 f"BLEU: {'; '.join(sorted({str(r.get('bleu_sample')) for r in rows}))}. {formation_verdict(rows)}")
 
 
 def points_folders(results_dir: str) -> Dict[str, str]:

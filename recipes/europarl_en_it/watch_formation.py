@@ -15,7 +15,7 @@ import time
 from fairseq_heads.pipeline.formation import POINTS_FOLDER, formation_points, formation_settings, write_formation
 from fairseq_heads.pipeline.nmt import seed_suffix
 from fairseq_heads.pipeline.recipe_json import read_recipe_json, recorded_config
-from fairseq_heads.report.formation import formation_markdown, formation_rows
+from fairseq_heads.report.formation import formation_markdown, formation_rows, formation_verdict
 
 
 def main() -> int:
@@ -43,7 +43,8 @@ def main() -> int:
                                 os.path.join(results, "logs", f"baseline{s}.log"), every=args.every)
         if done:  # the step's own folder is written by the step: this one is the watcher's
             write_formation(points, os.path.join(results, f"formation_watch{s}"))
-            print(formation_markdown(formation_rows(points)), flush=True)
+            rows = formation_rows(points)
+            print(formation_markdown(rows) + "\n" + formation_verdict(rows), flush=True)
         if finished or args.once:
             return 0
         time.sleep(args.poll)
