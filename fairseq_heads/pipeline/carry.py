@@ -23,7 +23,7 @@ What is carried of a step (CARRIED below):
 What is carried of a finished step (DONE below), so that a protocol whose steps span sessions
 (the L0 phases read the finished baseline, the fixed-mask phases the L0 models) goes on: every
 done step of the recipe that reads another step (a step that reads none, the `data` step, is
-made again from the corpus, as for the unfinished ones), with its marker and its output folder:
+made again from the corpus, as for the unfinished ones), with its marker, its log and its output folder:
 every file but the checkpoints, and its `checkpoint_best.pt` and `checkpoint_last.pt` (what later
 steps read) with the weights exact and no optimiser state, one file when they are the same
 update; its interval checkpoints stay behind (the formation points computed from them are
@@ -49,6 +49,7 @@ CARRIED_BEST = "checkpoint_best.carried.pt"
 CARRY_FORMAT = 2
 READABLE_FORMATS = (1, 2)  # format 1: unfinished trainings only
 DONE_CHECKPOINTS = (BEST, CHECKPOINT)
+LOG_FILE = "step.log.gz"
 # folders of the results folder that a running training's companions fill and that outlive its
 # checkpoints: `formation_points<suffix>` (recipes/europarl_en_it/watch_formation.py)
 DERIVED_FOLDERS = ("formation_points",)
@@ -146,6 +147,24 @@ def carried_steps(results: str, steps: Iterable[Step]) -> List[Step]:
             and os.path.isfile(os.path.join(results, s.out + ".partial", CHECKPOINT))]
 
 
+def _pack_log(results: str, name: str, target: str) -> bool:
+    """TARGET/step.log.gz from the step's log, if it has one (gzip without a time: the same log
+    gives the same bytes)."""
+    log = os.path.join(results, LOGS, name + ".log")
+    if not os.path.isfile(log):
+        return False
+    with open(log, "rb") as f, open(os.path.join(target, LOG_FILE), "wb") as raw, \
+            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as g:
+        shutil.copyfileobj(f, g)
+    return True
+
+
+def _unpack_log(source: str, results: str, name: str) -> None:
+    os.makedirs(os.path.join(results, LOGS), exist_ok=True)
+    with gzip.open(os.path.join(source, LOG_FILE), "rb") as g, open(os.path.join(results, LOGS, name + ".log"), "wb") as f:
+        shutil.copyfileobj(g, f)
+
+
 def done_steps(results: str, steps: Iterable[Step], keys: Mapping[str, str]) -> List[Step]:
     """The steps of `steps` done in `results` under their key that read another step (a source
     step, the data, is made again on the other machine)."""
@@ -159,9 +178,12 @@ def weights_only(state: Mapping) -> dict:
     return {k: v for k, v in state.items() if k != "last_optimizer_state"}
 
 
-def _pack_done(results: str, step: Step, target: str) -> dict:
-    """DONE/<step>: the output folder's files but the checkpoints, best and last weights only."""
-    out = os.path.join(results, step.out)
+def _pack_done(results: str, step: Step, folder: str) -> dict:
+    """DONE/<step>/out: the output folder's files but the checkpoints, best and last weights only;
+    DONE/<step>/step.log.gz: its log (a BLEU step reads the training's speed from it)."""
+    out, target = os.path.join(results, step.out), os.path.join(folder, "out")
+    os.makedirs(target)
+    log = _pack_log(results, step.name, folder)
     files = []
     for root, dirs, names in os.walk(out):
         dirs.sort()
@@ -184,16 +206,20 @@ def _pack_done(results: str, step: Step, target: str) -> dict:
             checkpoints[name] = written[updates] if updates is not None else name
     with open(os.path.join(results, MARKERS, step.name + ".json"), encoding="utf-8") as f:
         marker = json.load(f)
-    return {"out": step.out, "key": marker["key"], "marker": marker, "files": files, "checkpoints": checkpoints}
+    return {"out": step.out, "key": marker["key"], "marker": marker, "files": files, "checkpoints": checkpoints,
+            "log": log}
 
 
-def _unpack_done(source: str, results: str, name: str, carried: Mapping) -> None:
+def _unpack_done(folder: str, results: str, name: str, carried: Mapping) -> None:
+    source = os.path.join(folder, "out")
     with staged_dir(os.path.join(results, carried["out"])) as staging:
         for relative in carried["files"]:
             os.makedirs(os.path.dirname(os.path.join(staging, relative)), exist_ok=True)
             shutil.copy2(os.path.join(source, relative), os.path.join(staging, relative))
         for checkpoint, carried_file in carried["checkpoints"].items():
             shutil.copy2(os.path.join(source, carried_file), os.path.join(staging, checkpoint))
+    if carried.get("log"):
+        _unpack_log(folder, results, name)
     os.makedirs(os.path.join(results, MARKERS), exist_ok=True)
     write_text_atomic(os.path.join(results, MARKERS, name + ".json"), json.dumps(carried["marker"]) + "\n")
 
@@ -234,14 +260,10 @@ def pack_carry(results: str, dest: str, steps: Sequence[Step], keys: Mapping[str
                            if os.path.isfile(os.path.join(partial, n)) and not n.endswith(".pt"))
             for name in files:
                 shutil.copy2(os.path.join(partial, name), os.path.join(target, name))
-            log = os.path.join(results, LOGS, step.name + ".log")
-            if os.path.isfile(log):
-                with open(log, "rb") as f, open(os.path.join(target, "step.log.gz"), "wb") as raw, \
-                        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as g:  # the same log, the same bytes
-                    shutil.copyfileobj(f, g)
+            log = _pack_log(results, step.name, target)
             extra = state.get("extra_state") or {}
             record["steps"][step.name] = {
-                "out": step.out, "key": key, "files": files, "log": os.path.isfile(log),
+                "out": step.out, "key": key, "files": files, "log": log,
                 "num_updates": _updates(state), "best": best,
                 "epoch": (extra.get("train_iterator") or {}).get("epoch"),
                 "best_loss": (extra.get("best") if isinstance(extra.get("best"), (int, float)) else None)}
@@ -326,10 +348,7 @@ def unpack_carry(dest: str, results: str, keys: Mapping[str, str]) -> Dict[str, 
             elif carried.get("best") == "own":
                 shutil.copy2(os.path.join(source, CARRIED_BEST), os.path.join(staging, BEST))
         if carried.get("log"):
-            os.makedirs(os.path.join(results, LOGS), exist_ok=True)
-            with gzip.open(os.path.join(source, "step.log.gz"), "rb") as g, \
-                    open(os.path.join(results, LOGS, name + ".log"), "wb") as f:
-                shutil.copyfileobj(g, f)
+            _unpack_log(source, results, name)
     for name, carried in record["done"].items():
         _unpack_done(os.path.join(dest, "done", name), results, name, carried)
     for folder in record.get("derived", []):

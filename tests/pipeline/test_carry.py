@@ -231,8 +231,9 @@ def test_a_finished_baseline_and_a_step_done_on_it_are_carried_and_a_later_step_
     assert set(record["inputs"]) == {"data"}  # what the other machine makes again and checks
     assert record["done"]["baseline"]["checkpoints"] == {BEST: BEST, CHECKPOINT: BEST}
     assert {p.name for p in carry.rglob("*.pt")} == {BEST}
-    assert (carry / "done" / "baseline" / BEST).read_bytes() == (again / "done" / "baseline" / BEST).read_bytes()
-    carried_state = load(carry / "done" / "baseline" / BEST)
+    carried_file = carry / "done" / "baseline" / "out" / BEST
+    assert carried_file.read_bytes() == (again / "done" / "baseline" / "out" / BEST).read_bytes()
+    carried_state = load(carried_file)
     original = load(origin / "models" / "baseline" / BEST)
     assert "last_optimizer_state" not in carried_state
     assert all(torch.equal(carried_state["model"][k], original["model"][k]) for k in original["model"])
@@ -241,6 +242,9 @@ def test_a_finished_baseline_and_a_step_done_on_it_are_carried_and_a_later_step_
     assert "laid out baseline (finished)" in cli("carry", "unpack", carry, other).stdout
     out = recipe(other, *settings, only="bleu_baseline,stats")
     assert "skip baseline (done)" in out and "skip bleu_baseline (done)" in out and "run  stats" in out
+    # the training's log goes along (a BLEU step reads the training's speed from it)
+    assert (other / "logs" / "baseline.log").read_bytes() == (origin / "logs" / "baseline.log").read_bytes()
+    assert load(other / "models" / "baseline" / CHECKPOINT).keys() == carried_state.keys()
     assert result_files(other / "results") == result_files(origin / "results")  # the BLEU step's output
     recipe(origin, *settings, only="stats")
     ours, theirs = result_files(other / "stats" / "baseline"), result_files(origin / "stats" / "baseline")
