@@ -230,12 +230,12 @@ class Runner:
                 shutil.rmtree(out)
             key_file = os.path.join(partial, STEP_KEY_FILE)
             found = _read(key_file) if step.resumable and step.name not in self.forced else None
+            why = earlier_reason(step, self.keys, found) if found is not None else None
             if found is not None and found == self.keys[step.name]:
                 resumed = True
-            elif found is not None and earlier_reason(step, self.keys, found) is not None:
+            elif why is not None:
                 resumed = True
-                print(f"{step.name}: resuming the output of its earlier settings "
-                      f"({earlier_reason(step, self.keys, found)})", flush=True)
+                print(f"{step.name}: resuming the output of its earlier settings ({why})", flush=True)
                 write_text_atomic(key_file, self.keys[step.name])
             else:
                 shutil.rmtree(partial, ignore_errors=True)

@@ -36,9 +36,18 @@ last_saved_update() {  # the update of the last checkpoint the training log says
         | tail -1 | sed -E 's/.*@ ([0-9]+) updates/\1/; s/^$/0/'
 }
 
+session_runs() {  # whether a process group of RESULTS/session.pids is still alive
+    [ -f "$PIDS" ] || return 1
+    local pid
+    while read -r pid; do
+        if kill -0 -- "-$pid" 2>/dev/null; then return 0; fi
+    done < "$PIDS"
+    return 1
+}
+
 case $ACTION in
 start)
-    if [ -f "$PIDS" ] && xargs -r ps -o pid= -p < "$PIDS" > /dev/null 2>&1; then
+    if session_runs; then
         echo "cpu_session: a session already runs in $R ($PIDS)" >&2; exit 2
     fi
     # shellcheck disable=SC2046
