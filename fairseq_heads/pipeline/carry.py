@@ -159,10 +159,20 @@ def _pack_log(results: str, name: str, target: str) -> bool:
     return True
 
 
-def _unpack_log(source: str, results: str, name: str) -> None:
+def _unpack_log(source: str, results: str, name: str, moved=lambda data: data) -> None:
     os.makedirs(os.path.join(results, LOGS), exist_ok=True)
     with gzip.open(os.path.join(source, LOG_FILE), "rb") as g, open(os.path.join(results, LOGS, name + ".log"), "wb") as f:
-        shutil.copyfileobj(g, f)
+        f.write(moved(g.read()))
+
+
+def _mover(packed_from, results: str):
+    """bytes -> bytes: the packed results folder's absolute path (`carry.json` "results") in a log
+    or a statistics file made the unpacking folder's, so that `publish`, which makes the folder's
+    own paths relative, leaves no other machine's path in the published files."""
+    if not packed_from or os.path.abspath(packed_from) == results:
+        return lambda data: data
+    old, new = (os.path.abspath(packed_from) + os.sep).encode("utf-8"), (results + os.sep).encode("utf-8")
+    return lambda data: data.replace(old, new)
 
 
 def done_steps(results: str, steps: Iterable[Step], keys: Mapping[str, str]) -> List[Step]:
@@ -210,7 +220,7 @@ def _pack_done(results: str, step: Step, folder: str) -> dict:
             "log": log}
 
 
-def _unpack_done(folder: str, results: str, name: str, carried: Mapping) -> None:
+def _unpack_done(folder: str, results: str, name: str, carried: Mapping, moved) -> None:
     source = os.path.join(folder, "out")
     with staged_dir(os.path.join(results, carried["out"])) as staging:
         for relative in carried["files"]:
@@ -219,7 +229,7 @@ def _unpack_done(folder: str, results: str, name: str, carried: Mapping) -> None
         for checkpoint, carried_file in carried["checkpoints"].items():
             shutil.copy2(os.path.join(source, carried_file), os.path.join(staging, checkpoint))
     if carried.get("log"):
-        _unpack_log(folder, results, name)
+        _unpack_log(folder, results, name, moved)
     os.makedirs(os.path.join(results, MARKERS), exist_ok=True)
     write_text_atomic(os.path.join(results, MARKERS, name + ".json"), json.dumps(carried["marker"]) + "\n")
 
@@ -241,7 +251,8 @@ def pack_carry(results: str, dest: str, steps: Sequence[Step], keys: Mapping[str
     if not chosen and not done:
         raise ValueError(f"{results}: no training to carry (no models/*.partial/{CHECKPOINT}, "
                          f"no finished step that reads another)")
-    record = {"format": CARRY_FORMAT, "invocation": dict(invocation), "steps": {}, "done": {}, "inputs": {}}
+    record = {"format": CARRY_FORMAT, "invocation": dict(invocation), "results": results, "steps": {}, "done": {},
+              "inputs": {}}
     carried_names = {s.name for s in chosen} | {s.name for s in done}
     with staged_dir(dest) as staging:
         for step in chosen:
@@ -331,10 +342,21 @@ def check_unpack(dest: str, results: str, keys: Mapping[str, str]) -> dict:
     return record
 
 
+def _move_json_paths(folder: str, moved) -> None:
+    for root, _, names in os.walk(folder):
+        for path in (os.path.join(root, n) for n in names if n.endswith(".json")):
+            with open(path, "rb") as f:
+                data = f.read()
+            if moved(data) != data:
+                with open(path, "wb") as f:
+                    f.write(moved(data))
+
+
 def unpack_carry(dest: str, results: str, keys: Mapping[str, str]) -> Dict[str, dict]:
     """Lay DEST out in RESULTS (checked first: `check_unpack`); returns its record (carry.json)."""
     record = check_unpack(dest, results, keys)
     results = os.path.abspath(results)
+    moved = _mover(record.get("results"), results)
     for name, carried in record["steps"].items():
         source = os.path.join(dest, name)
         partial = os.path.join(results, carried["out"] + ".partial")
@@ -348,9 +370,10 @@ def unpack_carry(dest: str, results: str, keys: Mapping[str, str]) -> Dict[str, 
             elif carried.get("best") == "own":
                 shutil.copy2(os.path.join(source, CARRIED_BEST), os.path.join(staging, BEST))
         if carried.get("log"):
-            _unpack_log(source, results, name)
+            _unpack_log(source, results, name, moved)
     for name, carried in record["done"].items():
-        _unpack_done(os.path.join(dest, "done", name), results, name, carried)
+        _unpack_done(os.path.join(dest, "done", name), results, name, carried, moved)
     for folder in record.get("derived", []):
         shutil.copytree(os.path.join(dest, "derived", folder), os.path.join(results, folder))
+        _move_json_paths(os.path.join(results, folder), moved)
     return record

@@ -107,6 +107,7 @@ def carried(tmp_path_factory):
                                                     "overrides": [*SCHEDULE, "train.max_update=10"]}))
     (killed / "formation_points" / "5").mkdir(parents=True)
     (killed / "formation_points" / "5" / "point.json").write_text('{"update": 5}\n')
+    (killed / "formation_points" / "5" / "heads.json").write_text(json.dumps({"checkpoint": str(killed / "models")}))
     in_place = root / "in_place"
     shutil.copytree(killed, in_place)
     carry = root / "carry"
@@ -144,6 +145,11 @@ def test_the_carried_training_resumes_as_the_one_resumed_in_place(carried):
     lines = (carried["fresh"] / "models" / "baseline" / "validations.jsonl").read_text().splitlines()
     assert [json.loads(line)["update"] for line in lines] == [5, 10]
     assert (carried["fresh"] / "formation_points" / "5" / "point.json").is_file()
+    # the other machine's results path, in the carried statistics and log, is this folder's
+    heads = json.loads((carried["fresh"] / "formation_points" / "5" / "heads.json").read_text())
+    assert heads == {"checkpoint": str(carried["fresh"] / "models")}
+    log = (carried["fresh"] / "logs" / "baseline.log").read_text()
+    assert str(carried["killed"]) + os.sep not in log and str(carried["fresh"]) + os.sep in log
 
 
 def test_the_carried_form_holds_no_full_checkpoint(carried):
