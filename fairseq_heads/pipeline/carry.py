@@ -22,9 +22,9 @@ What is carried of a step (CARRIED below):
 
 What is carried of a finished step (DONE below), so that a protocol whose steps span sessions
 (the L0 phases read the finished baseline, the fixed-mask phases the L0 models) goes on: every
-done step of the recipe that reads another step (a step that reads none, the `data` step, is
-made again from the corpus, as for the unfinished ones), with its marker, its log and its output folder:
-every file but the checkpoints, and its `checkpoint_best.pt` and `checkpoint_last.pt` (what later
+done step of the recipe that descends from a training (steps made from the corpus alone, the
+data and the parsed set, are made again, as for the unfinished ones), with its marker, its log
+and its output folder: every file but the checkpoints, and its `checkpoint_best.pt` and `checkpoint_last.pt` (what later
 steps read) with the weights exact and no optimiser state, one file when they are the same
 update; its interval checkpoints stay behind (the formation points computed from them are
 carried). The same finished step packed again gives the same bytes, which git stores once.
@@ -176,10 +176,17 @@ def _mover(packed_from, results: str):
 
 
 def done_steps(results: str, steps: Iterable[Step], keys: Mapping[str, str]) -> List[Step]:
-    """The steps of `steps` done in `results` under their key that read another step (a source
-    step, the data, is made again on the other machine)."""
-    return [s for s in steps if s.inputs and s.out is not None and _marker_key(results, s.name) == keys[s.name]
-            and os.path.isdir(os.path.join(results, s.out))]
+    """The steps of `steps` done in `results` under their key that descend from a training (a
+    resumable step, or a step reading one, ...); the others (the data, the parsed set) are made
+    again from the corpus on the other machine, and never committed."""
+    from_training, done = set(), []
+    for s in steps:  # in order: a step reads only steps declared before it
+        if s.resumable or from_training.intersection(s.inputs):
+            from_training.add(s.name)
+            if s.out is not None and _marker_key(results, s.name) == keys[s.name] \
+                    and os.path.isdir(os.path.join(results, s.out)):
+                done.append(s)
+    return done
 
 
 def weights_only(state: Mapping) -> dict:
@@ -250,7 +257,7 @@ def pack_carry(results: str, dest: str, steps: Sequence[Step], keys: Mapping[str
     done = done_steps(results, steps, keys)
     if not chosen and not done:
         raise ValueError(f"{results}: no training to carry (no models/*.partial/{CHECKPOINT}, "
-                         f"no finished step that reads another)")
+                         f"no finished step made from a training)")
     record = {"format": CARRY_FORMAT, "invocation": dict(invocation), "results": results, "steps": {}, "done": {},
               "inputs": {}}
     carried_names = {s.name for s in chosen} | {s.name for s in done}

@@ -6,7 +6,7 @@
 #   recipes/europarl_en_it/cpu_session.sh stop  [RESULTS]   # waits for the next checkpoint
 #   STOP_NOW=1 recipes/europarl_en_it/cpu_session.sh stop   # keeps only the last checkpoint's work
 #
-# start: the data step under the carried invocation (carry.json), `carry unpack` where RESULTS has
+# start: the data steps (data, syntax_data) under the carried invocation (carry.json), `carry unpack` where RESULTS has
 #   no partial training yet (a machine handed back as it was keeps its own, newer one), then the
 #   recipe (this script's SETS: the run's own settings) and the formation watcher in the background,
 #   their process groups in RESULTS/session.pids, their output in RESULTS/session_*.out.
@@ -14,12 +14,12 @@
 #   is lost), stops the recipe and the watcher, computes the formation points due (the watcher's
 #   --once), and packs the run into carry/ (replaced whole): `git add carry/europarl_en_it_cpu`.
 #
-# RESULTS defaults to /work/runs/europarl_en_it_cpu, outside the work tree, which a session laid
-# out anew does not keep. Run from the repository root with .venv's fairseq-heads on PATH.
+# RESULTS defaults to ../runs/europarl_en_it_cpu beside the repository, outside the work tree,
+# which a session laid out anew does not keep. Run from the repository root with .venv's fairseq-heads on PATH.
 set -euo pipefail
 
 ACTION=${1:?usage: cpu_session.sh start|stop [RESULTS]}
-R=${2:-/work/runs/europarl_en_it_cpu}
+R=${2:-../runs/europarl_en_it_cpu}
 CARRY=carry/europarl_en_it_cpu
 SETS=(--set train.seed=2)   # the run: seed 2, autocast from the recipe (auto)
 STEP=baseline_s2
@@ -51,7 +51,7 @@ start)
         echo "cpu_session: a session already runs in $R ($PIDS)" >&2; exit 2
     fi
     # shellcheck disable=SC2046
-    fairseq-heads recipe europarl_en_it --scale cpu $(carried_sets) --results "$R" --only data
+    fairseq-heads recipe europarl_en_it --scale cpu $(carried_sets) --results "$R" --only data,syntax_data
     if [ ! -d "$R/models/$STEP.partial" ] && [ ! -d "$R/models/$STEP" ]; then
         fairseq-heads carry unpack "$CARRY" "$R"
     else
