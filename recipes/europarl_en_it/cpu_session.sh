@@ -6,8 +6,8 @@
 #   recipes/europarl_en_it/cpu_session.sh stop  [RESULTS]   # waits for the next checkpoint
 #   STOP_NOW=1 recipes/europarl_en_it/cpu_session.sh stop   # keeps only the last checkpoint's work
 #
-# start: the data steps (data, syntax_data) under the carried invocation (carry.json), `carry unpack` where RESULTS has
-#   no partial training yet (a machine handed back as it was keeps its own, newer one), then the
+# start: the steps made from the corpus (data, syntax_data) under the carried invocation
+#   (carry.json), `carry unpack` where RESULTS has no partial training yet (a machine handed back as it was keeps its own, newer one), then the
 #   recipe (this script's SETS: the run's own settings) and the formation watcher in the background,
 #   their process groups in RESULTS/session.pids, their output in RESULTS/session_*.out.
 # stop: waits until the training has saved its next checkpoint (every 500 updates: nothing trained
@@ -15,7 +15,8 @@
 #   --once), and packs the run into carry/ (replaced whole): `git add carry/europarl_en_it_cpu`.
 #
 # RESULTS defaults to ../runs/europarl_en_it_cpu beside the repository, outside the work tree,
-# which a session laid out anew does not keep. Run from the repository root with .venv's fairseq-heads on PATH.
+# which a session laid out anew does not keep. Run from the repository root with .venv's
+# fairseq-heads on PATH.
 set -euo pipefail
 
 ACTION=${1:?usage: cpu_session.sh start|stop [RESULTS]}
@@ -71,7 +72,10 @@ stop)
     if [ -z "${STOP_NOW:-}" ]; then
         from=$(last_saved_update)
         echo "cpu_session: waiting for the checkpoint after update $from"
-        while [ "$(last_saved_update)" = "$from" ]; do sleep 20; done
+        # (a training that ended by itself, its plateau stop or an error, saves no more)
+        while [ "$(last_saved_update)" = "$from" ] && kill -0 -- "-$(head -1 "$PIDS")" 2>/dev/null; do
+            sleep 20  # the recipe's process group is the file's first line
+        done
     fi
     echo "cpu_session: stopping at the checkpoint of update $(last_saved_update)"
     while read -r pid; do kill -TERM -- "-$pid" 2>/dev/null || true; done < "$PIDS"
