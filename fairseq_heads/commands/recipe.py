@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 
+from ..cpu_memory import GPU_RECIPE_ALLOCATOR, RECIPE_ALLOCATOR, allocator_env
 from ..errors import CommandError
 
 
@@ -49,6 +50,20 @@ def default_data_root() -> str:
     return os.path.join(os.path.dirname(repo), "shared", "data")
 
 
+def step_environment(config, user_dir: str, environ) -> dict:
+    """The environment of the processes a recipe starts: `environ` with fairseq_heads importable,
+    unbuffered output, and the memory settings of cpu_memory.py."""
+    env = dict(environ)
+    # fairseq-train run as a module finds fairseq_heads where this process found it
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(user_dir), env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"  # a training's log is whole up to where it was stopped
+    # torch's large blocks on huge pages, and on a CPU recipe kept between updates: page faults
+    # were a quarter of a CPU training's time (cpu_memory.py)
+    on_cpu = getattr(getattr(config, "nmt", config), "cpu", True)
+    env.update(allocator_env(RECIPE_ALLOCATOR if on_cpu else GPU_RECIPE_ALLOCATOR, env))
+    return env
+
+
 def build_runner(args):
     """The recipe's config (with --set), its steps and their runner; checks come first."""
     from .. import __file__ as package_file
@@ -76,15 +91,7 @@ def build_runner(args):
         raise CommandError(f"--pack {args.pack}: the archive's name must end in .tar.gz")
     run_name = packed_run_name(args.recipe, args.scale, config)
     on_step_done = (lambda runner: pack(runner.results, args.pack, run_name)) if args.pack else None
-    env = dict(os.environ)
-    # fairseq-train run as a module finds fairseq_heads where this process found it
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(user_dir), env.get("PYTHONPATH")) if p)
-    env["PYTHONUNBUFFERED"] = "1"  # a training's log is whole up to where it was stopped
-    # torch's CPU allocator takes transparent huge pages for its large blocks: glibc maps each
-    # block over 32 MB afresh, and faulting in the vocabulary-sized logits' pages 4 KiB at a time
-    # was 15% of the Europarl CPU training's time (system time); with huge pages 8%, and the
-    # same run went on at 1,790 target tokens/s where it had run at 1,470-1,540 (2 threads)
-    env.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+    env = step_environment(config, user_dir, os.environ)
     only = [s for s in args.only.split(",") if s] if args.only else None
     launch = None
     if getattr(args, "executor", "local") == "slurm" and not args.dry_run:

@@ -37,6 +37,11 @@ last_saved_update() {  # the update of the last checkpoint the training log says
         | tail -1 | sed -E 's/.*@ ([0-9]+) updates/\1/; s/^$/0/'
 }
 
+memory_env() {  # NAME=VALUE of the recipes' memory settings, for the watcher (fairseq_heads/cpu_memory.py)
+    "$PY" -c 'import os; from fairseq_heads.cpu_memory import RECIPE_ALLOCATOR as A, allocator_env
+print(" ".join(f"{k}={v}" for k, v in allocator_env(A, os.environ).items()))'
+}
+
 session_runs() {  # whether a process group of RESULTS/session.pids is still alive
     [ -f "$PIDS" ] || return 1
     local pid
@@ -62,7 +67,8 @@ start)
         --only "$STEP,syntax_data" > "$R/session_recipe.out" 2>&1 < /dev/null &
     echo $! > "$PIDS"
     sleep 60  # the watcher reads the recipe.json the recipe has just written
-    OMP_NUM_THREADS=1 setsid nohup "$PY" recipes/europarl_en_it/watch_formation.py "$R" --every 2 \
+    # shellcheck disable=SC2046
+    env $(memory_env) OMP_NUM_THREADS=1 setsid nohup "$PY" recipes/europarl_en_it/watch_formation.py "$R" --every 2 \
         > "$R/session_watch.out" 2>&1 < /dev/null &
     echo $! >> "$PIDS"
     echo "cpu_session: training and watcher started (process groups $(tr '\n' ' ' < "$PIDS")); $R/logs/$STEP.log"
@@ -81,7 +87,8 @@ stop)
     while read -r pid; do kill -TERM -- "-$pid" 2>/dev/null || true; done < "$PIDS"
     while read -r pid; do while kill -0 -- "-$pid" 2>/dev/null; do sleep 2; done; done < "$PIDS"
     rm -f "$PIDS"
-    OMP_NUM_THREADS=2 "$PY" recipes/europarl_en_it/watch_formation.py "$R" --every 2 --once
+    # shellcheck disable=SC2046
+    env $(memory_env) OMP_NUM_THREADS=2 "$PY" recipes/europarl_en_it/watch_formation.py "$R" --every 2 --once
     fairseq-heads carry pack "$R" "$CARRY"
     echo "cpu_session: packed; now git add $CARRY (and publish: docs/results/europarl_en_it_cpu/README.md)"
     ;;

@@ -11,7 +11,7 @@ PACKAGE = "fairseq_heads"
 # Bottom up; a module may import from its own layer and the layers below it.
 LAYERS = [
     {"heads", "files", "numbers", "plotting", "bleu", "errors", "compat", "checkpoints", "convergence",
-     "precision"},
+     "precision", "cpu_memory"},
     {"gating", "data"},
     {"models", "criterions", "tasks", "optim"},
     {"stats"},
