@@ -20,6 +20,8 @@ setup(
         "conllu",
         "matplotlib",
         "scipy",
+        # the CPU recipes' allocator (fairseq_heads/cpu_memory.py; without it, glibc's tunables)
+        'cmeel-mimalloc==3.4.3; platform_system == "Linux" and platform_machine == "x86_64"',
     ],
     # `fairseq-heads import-hf` reads safetensors and tokenizer files; transformers itself is
     # needed only by the tests that compare with Hugging Face (install it with --no-deps so that

@@ -4,8 +4,8 @@ import argparse
 import sys
 from typing import List, Optional
 
-from .commands import (binarise_hf, carry, curve, export_hf, gates, import_hf, lm_report, lm_result, mask, plot, prepare,
-                       prepare_lm, prune, publish, recipe, report, result, stats, user_dir)
+from .commands import (binarise_hf, carry, cpu_env, curve, export_hf, gates, import_hf, lm_report, lm_result, mask,
+                       plot, prepare, prepare_lm, prune, publish, recipe, report, result, stats, user_dir)
 from .errors import CommandError
 
 # (command, its module in fairseq_heads.commands, help)
@@ -14,6 +14,8 @@ COMMANDS = [
      "print each gated head's P(open) and deterministic gate"),
     ("user-dir", user_dir,
      "print the path to pass to fairseq's --user-dir"),
+    ("cpu-env", cpu_env,
+     "print the CPU recipes' memory settings (allocator, huge pages) as export lines for your own fairseq-train"),
     ("prepare", prepare,
      "clean, sentencepiece-encode and binarise a parallel corpus (or the built-in toy one)"),
     ("prepare-lm", prepare_lm,

@@ -1,5 +1,5 @@
-"""Memory for CPU trainings: keep freed memory in the process (glibc's tunables) and back torch's
-large blocks with transparent huge pages (torch's THP_MEM_ALLOC_ENABLE).
+"""Memory for CPU trainings: an allocator that keeps freed memory in the process (mimalloc, else
+glibc's tunables), and torch's large blocks on transparent huge pages (THP_MEM_ALLOC_ENABLE).
 
 A CPU training step allocates and frees tensors of hundreds of MB every update (a 4,096-token
 batch's logits over 16,000 pieces are 262 MB in fp32, and so are their gradients). glibc serves
@@ -10,27 +10,51 @@ free, so every update the kernel faults those pages in and zeroes them again:
 - on the AMX Xeon of 2026-12-07, with huge pages, 26% of the bf16 training's `perf` samples were
   the kernel clearing huge pages under those faults (`clear_page_erms`), and 23% of its CPU time
   system time.
-With mmap disabled and no trimming, glibc serves large requests from its heap and keeps what is
-freed for the next update, which then faults nothing: the process holds its peak memory (the
-training's few GB) instead of giving it back between updates. benchmarks/cpu_allocator.py
-measures each combination side by side (benchmarks/results/cpu_allocator_*.json).
+With mmap disabled and no trimming ('cached'), glibc serves large requests from its heap and keeps
+what is freed for the next update, which then faults nothing; glibc's own search of its free
+lists (`_int_malloc`) was then still 11% of the samples. mimalloc (the `cmeel-mimalloc` wheel,
+loaded by LD_PRELOAD, told never to return memory) does both jobs faster. Either way the process
+holds its peak memory (the training's few GB) instead of giving it back between updates.
+benchmarks/cpu_allocator.py measures the variants side by side (benchmarks/results/cpu_allocator_*.json).
 
-Both settings are read when a process starts (GLIBC_TUNABLES by the dynamic loader), so they go
-in the environment of the processes the recipes start (`fairseq-heads recipe`: its trainings and
-analyses), not in the running one. A user's own fairseq-train gets the same from
-`export GLIBC_TUNABLES=... THP_MEM_ALLOC_ENABLE=1` (README, under "bf16 on a CPU"). Only glibc reads
-GLIBC_TUNABLES; elsewhere (musl, macOS) it is inert, as THP_MEM_ALLOC_ENABLE is off Linux.
+The settings are read when a process starts (GLIBC_TUNABLES and LD_PRELOAD by the dynamic loader),
+so they go in the environment of the processes the recipes start (`fairseq-heads recipe`: its
+trainings and analyses), not in the running one. A user's own fairseq-train gets the same after
+`eval "$(fairseq-heads cpu-env)"` (commands/cpu_env.py). Only glibc reads GLIBC_TUNABLES,
+and the mimalloc wheel is Linux x86-64's: elsewhere the recipes keep the allocator as it comes.
 """
-from typing import Dict, Mapping
+import importlib.metadata
+import os
+from typing import Dict, Mapping, Optional
 
 # mmap_max=0: no request is served by a mapping of its own; trim_threshold: the heap's free top
 # is never given back to the kernel (2^40 bytes: more than any machine this runs on has)
 CACHED_TUNABLES = ("glibc.malloc.mmap_max=0", "glibc.malloc.trim_threshold=1099511627776")
-# the variants benchmarks/cpu_allocator.py compares; the CPU recipes run under the last, the GPU
-# ones (whose large blocks are on the GPU) under huge pages alone, as they ran before
-ALLOCATORS = ("glibc", "glibc_thp", "cached", "cached_thp")
-RECIPE_ALLOCATOR = "cached_thp"
+# mimalloc: never give freed memory back (purge), and take 2 MiB pages for its arenas
+MIMALLOC_OPTIONS = {"MIMALLOC_PURGE_DELAY": "-1", "MIMALLOC_ALLOW_LARGE_OS_PAGES": "1"}
+MIMALLOC_WHEEL = "cmeel-mimalloc"
+# the variants benchmarks/cpu_allocator.py compares
+ALLOCATORS = ("glibc", "glibc_thp", "cached", "cached_thp", "mimalloc_thp")
+# the GPU recipes (whose large blocks are on the GPU) run under huge pages alone, as they ran before
 GPU_RECIPE_ALLOCATOR = "glibc_thp"
+
+
+def mimalloc_library() -> Optional[str]:
+    """The path of the mimalloc shared library the `cmeel-mimalloc` wheel installed, or None."""
+    try:
+        files = importlib.metadata.files(MIMALLOC_WHEEL) or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for file in files:
+        if file.name == "libmimalloc.so":
+            path = str(file.locate())
+            return path if os.path.isfile(path) else None
+    return None
+
+
+def cpu_recipe_allocator() -> str:
+    """What a CPU recipe's processes run under: mimalloc where it is installed, else glibc's cache."""
+    return "mimalloc_thp" if mimalloc_library() else "cached_thp"
 
 
 def merged_tunables(existing: str, tunables=CACHED_TUNABLES) -> str:
@@ -44,7 +68,8 @@ def merged_tunables(existing: str, tunables=CACHED_TUNABLES) -> str:
 def allocator_env(allocator: str, environ: Mapping[str, str]) -> Dict[str, str]:
     """The variables to set over `environ` for a child process under `allocator`: 'glibc' as it
     comes, '*_thp' with torch's huge pages (a user's own THP_MEM_ALLOC_ENABLE is kept), 'cached*'
-    with glibc keeping freed memory (module docstring)."""
+    with glibc keeping freed memory, 'mimalloc*' with mimalloc preloaded (a user's own LD_PRELOAD
+    after it, their MIMALLOC_* options kept)."""
     if allocator not in ALLOCATORS:
         raise ValueError(f"allocator {allocator!r}: one of {', '.join(ALLOCATORS)}")
     env = {}
@@ -52,4 +77,11 @@ def allocator_env(allocator: str, environ: Mapping[str, str]) -> Dict[str, str]:
         env["THP_MEM_ALLOC_ENABLE"] = environ.get("THP_MEM_ALLOC_ENABLE", "1")
     if allocator.startswith("cached"):
         env["GLIBC_TUNABLES"] = merged_tunables(environ.get("GLIBC_TUNABLES", ""))
+    if allocator.startswith("mimalloc"):
+        library = mimalloc_library()
+        if library is None:
+            raise ValueError(f"allocator {allocator}: the {MIMALLOC_WHEEL} wheel is not installed")
+        preloaded = [p for p in environ.get("LD_PRELOAD", "").replace(" ", ":").split(":") if p and p != library]
+        env["LD_PRELOAD"] = ":".join([library] + preloaded)
+        env.update({name: environ.get(name, value) for name, value in MIMALLOC_OPTIONS.items()})
     return env

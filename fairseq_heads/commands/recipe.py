@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-from ..cpu_memory import GPU_RECIPE_ALLOCATOR, RECIPE_ALLOCATOR, allocator_env
+from ..cpu_memory import GPU_RECIPE_ALLOCATOR, allocator_env, cpu_recipe_allocator
 from ..errors import CommandError
 
 
@@ -57,10 +57,10 @@ def step_environment(config, user_dir: str, environ) -> dict:
     # fairseq-train run as a module finds fairseq_heads where this process found it
     env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(user_dir), env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"  # a training's log is whole up to where it was stopped
-    # torch's large blocks on huge pages, and on a CPU recipe kept between updates: page faults
-    # were a quarter of a CPU training's time (cpu_memory.py)
+    # torch's large blocks on huge pages, and on a CPU recipe kept between updates by mimalloc (or
+    # glibc): page faults and glibc's free lists were a third of a CPU training's time (cpu_memory.py)
     on_cpu = getattr(getattr(config, "nmt", config), "cpu", True)
-    env.update(allocator_env(RECIPE_ALLOCATOR if on_cpu else GPU_RECIPE_ALLOCATOR, env))
+    env.update(allocator_env(cpu_recipe_allocator() if on_cpu else GPU_RECIPE_ALLOCATOR, env))
     return env
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Europarl CPU baseline (docs/results/europarl_en_it_cpu) goes on across sessions and machines:
+# The Europarl CPU run (docs/results/europarl_en_it_cpu) goes on across sessions and machines:
 # `start` at the beginning of a session, `stop` before its end (carry/README.md says why).
 #
 #   recipes/europarl_en_it/cpu_session.sh start [RESULTS]
@@ -7,12 +7,15 @@
 #   STOP_NOW=1 recipes/europarl_en_it/cpu_session.sh stop   # keeps only the last checkpoint's work
 #
 # start: the steps made from the corpus (data, syntax_data) under the carried invocation
-#   (carry.json), `carry unpack` where RESULTS has no partial training yet (a machine handed back as it was keeps its own, newer one), then the
-#   recipe (this script's SETS: the run's own settings) and the formation watcher in the background,
-#   their process groups in RESULTS/session.pids, their output in RESULTS/session_*.out.
-# stop: waits until the training has saved its next checkpoint (every 500 updates: nothing trained
-#   is lost), stops the recipe and the watcher, computes the formation points due (the watcher's
-#   --once), and packs the run into carry/ (replaced whole): `git add carry/europarl_en_it_cpu`.
+#   (carry.json), `carry unpack` where RESULTS has no partial training yet (a machine handed back
+#   as it was keeps its own, newer one), then the whole recipe (this script's SETS: the run's own
+#   settings; the baseline, and once it has stopped, the paper's protocol on it) and the formation
+#   watcher in the background, their process groups in RESULTS/session.pids, their output in
+#   RESULTS/session_*.out; every process under the recipes' memory settings (cpu_memory.py).
+# stop: waits until the running training (the baseline's or a protocol phase's) has saved its next
+#   checkpoint (nothing trained is lost), stops the recipe and the watcher, computes the formation
+#   points due (the watcher's --once), and packs the run into carry/ (replaced whole; finished steps
+#   descending from a training go along): `git add carry/europarl_en_it_cpu`.
 #
 # RESULTS defaults to ../runs/europarl_en_it_cpu beside the repository, outside the work tree,
 # which a session laid out anew does not keep. Run from the repository root with .venv's
@@ -32,14 +35,17 @@ carried_sets() {  # the --set options of the invocation the pack was made under
         "$CARRY/carry.json"
 }
 
-last_saved_update() {  # the update of the last checkpoint the training log says it saved, or 0
-    { grep -o 'Saved checkpoint .*(epoch [0-9]* @ [0-9]* updates' "$R/logs/$STEP.log" 2>/dev/null || true; } \
-        | tail -1 | sed -E 's/.*@ ([0-9]+) updates/\1/; s/^$/0/'
+last_saved() {  # "LOG @ UPDATE" of the last checkpoint a training of RESULTS saved (the newest log
+    # that records one: the baseline's, later the protocol's phases'), or "none"
+    local log
+    log=$(grep -l 'Saved checkpoint' "$R"/logs/*.log 2>/dev/null | xargs -r ls -t | head -1)
+    { [ -n "$log" ] && grep -o 'Saved checkpoint .*(epoch [0-9]* @ [0-9]* updates' "$log" | tail -1 \
+        | sed -E "s|.*@ ([0-9]+) updates|$(basename "$log" .log) @ \1|"; } || echo none
 }
 
 memory_env() {  # NAME=VALUE of the recipes' memory settings, for the watcher (fairseq_heads/cpu_memory.py)
-    "$PY" -c 'import os; from fairseq_heads.cpu_memory import RECIPE_ALLOCATOR as A, allocator_env
-print(" ".join(f"{k}={v}" for k, v in allocator_env(A, os.environ).items()))'
+    "$PY" -c 'import os; from fairseq_heads.cpu_memory import allocator_env, cpu_recipe_allocator as a
+print(" ".join(f"{k}={v}" for k, v in allocator_env(a(), os.environ).items()))'
 }
 
 session_runs() {  # whether a process group of RESULTS/session.pids is still alive
@@ -63,8 +69,9 @@ start)
     else
         echo "cpu_session: $R/models already holds $STEP; the carried state is not laid out"
     fi
+    # the whole recipe: the baseline, and once it has stopped, the paper's protocol on it
     setsid nohup fairseq-heads recipe europarl_en_it --scale cpu "${SETS[@]}" --results "$R" \
-        --only "$STEP,syntax_data" > "$R/session_recipe.out" 2>&1 < /dev/null &
+        > "$R/session_recipe.out" 2>&1 < /dev/null &
     echo $! > "$PIDS"
     sleep 60  # the watcher reads the recipe.json the recipe has just written
     # shellcheck disable=SC2046
@@ -76,14 +83,14 @@ start)
 stop)
     [ -f "$PIDS" ] || { echo "cpu_session: no $PIDS: nothing started here" >&2; exit 2; }
     if [ -z "${STOP_NOW:-}" ]; then
-        from=$(last_saved_update)
-        echo "cpu_session: waiting for the checkpoint after update $from"
-        # (a training that ended by itself, its plateau stop or an error, saves no more)
-        while [ "$(last_saved_update)" = "$from" ] && kill -0 -- "-$(head -1 "$PIDS")" 2>/dev/null; do
+        from=$(last_saved)
+        echo "cpu_session: waiting for the checkpoint after $from"
+        # (a recipe that ended by itself, its last training's plateau stop or an error, saves no more)
+        while [ "$(last_saved)" = "$from" ] && kill -0 -- "-$(head -1 "$PIDS")" 2>/dev/null; do
             sleep 20  # the recipe's process group is the file's first line
         done
     fi
-    echo "cpu_session: stopping at the checkpoint of update $(last_saved_update)"
+    echo "cpu_session: stopping at the checkpoint of $(last_saved)"
     while read -r pid; do kill -TERM -- "-$pid" 2>/dev/null || true; done < "$PIDS"
     while read -r pid; do while kill -0 -- "-$pid" 2>/dev/null; do sleep 2; done; done < "$PIDS"
     rm -f "$PIDS"
