@@ -3,10 +3,16 @@
     python benchmarks/train_parallel_cpu.py --data-bin RESULTS/data/bin \
         --checkpoint ../shared/models/multi30k_en_de_6x8/checkpoint.pt \
         [--updates 40] [--rounds 2] [--out benchmarks/results/train_parallel_cpu.json]
+    python benchmarks/train_parallel_cpu.py --model europarl --data-bin EUROPARL/data/bin -t it \
+        --checkpoint EUROPARL/models/baseline_s2.partial/checkpoint_2_5500.pt \
+        --variants 1proc-2threads,2chains-1thread --out benchmarks/results/train_parallel_cpu_europarl.json
 
-The workload is the converged protocol's L0 phase on Multi30k (the multi30k_en_de recipe, then recipes/multi30k_en_de/run.sh:
-6+6 layers x 8 heads, d=128, all three attention types gated, 4,096 tokens per update, gate_adam),
-started from the shared baseline, trained by `fairseq-train` as the recipe runs it. Variants:
+The workload is the converged protocol's L0 phase, all three attention types gated, 4,096 tokens
+per update, gate_adam, started from a trained baseline and trained by `fairseq-train` as the recipe
+runs it: on Multi30k (`--model multi30k`, the multi30k_en_de recipe, then recipes/multi30k_en_de/run.sh:
+6+6 layers x 8 heads, d=128, fp32), or on Europarl (`--model europarl`, the europarl_en_it --scale
+cpu recipe: d=256 pre-norm, `--autocast auto`, under the CPU recipes' allocator,
+fairseq_heads/cpu_memory.py). Variants:
 
   1proc-1thread   one process, OMP_NUM_THREADS=1 (what each of two side-by-side chains runs)
   1proc-Nthreads  one process, OMP_NUM_THREADS=N (N = the cores)
@@ -36,13 +42,24 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import machine_info  # noqa: E402
 
 import fairseq_heads  # noqa: E402
+from fairseq_heads.cpu_memory import allocator_env, cpu_recipe_allocator  # noqa: E402
 from fairseq_heads.files import write_text_atomic  # noqa: E402
 
 USER_DIR = os.path.dirname(os.path.abspath(fairseq_heads.__file__))
 TOKENS_PER_UPDATE = 4096
-SIZE = ("--encoder-layers 6 --decoder-layers 6 --encoder-embed-dim 128 --decoder-embed-dim 128 "
-        "--encoder-ffn-embed-dim 512 --decoder-ffn-embed-dim 512 "
-        "--encoder-attention-heads 8 --decoder-attention-heads 8").split()
+# each model's size and the options that differ (the recipes': pipeline/recipes.py)
+MODELS = {
+    "multi30k": ("--encoder-layers 6 --decoder-layers 6 --encoder-embed-dim 128 --decoder-embed-dim 128 "
+                 "--encoder-ffn-embed-dim 512 --decoder-ffn-embed-dim 512 "
+                 "--encoder-attention-heads 8 --decoder-attention-heads 8 --dropout 0.2").split(),
+    "europarl": ("--encoder-layers 6 --decoder-layers 6 --encoder-embed-dim 256 --decoder-embed-dim 256 "
+                 "--encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 "
+                 "--encoder-attention-heads 8 --decoder-attention-heads 8 --dropout 0.1 "
+                 "--encoder-normalize-before --decoder-normalize-before --autocast auto").split(),
+}
+WORKLOADS = {"multi30k": "L0 fine-tune, all types gated, 6+6 x 8 heads d=128, 4096 tokens/update, Multi30k en-de",
+             "europarl": "L0 fine-tune, all types gated, 6+6 x 8 heads d=256 pre-norm, bf16 autocast where fast, "
+                         "4096 tokens/update, Europarl en-it, the CPU recipes' allocator"}
 WALL = re.compile(r"num_updates=(\d+),.*\bwall=(\d+)")
 
 
@@ -55,7 +72,7 @@ def free_port() -> int:
 def train_command(args, save_dir: str, workers: int) -> list:
     return ["fairseq-train", args.data_bin, "--user-dir", USER_DIR, "--task", "translation_heads",
             "-s", args.src, "-t", args.tgt, "--cpu", "--num-workers", "0", "--seed", "1",
-            "--arch", "gated_transformer", *SIZE, "--share-all-embeddings", "--dropout", "0.2",
+            "--arch", "gated_transformer", *MODELS[args.model], "--share-all-embeddings",
             "--gated-attention", "enc-self,dec-self,enc-dec", "--finetune-from-model", args.checkpoint,
             "--criterion", "label_smoothed_cross_entropy_l0", "--label-smoothing", "0.1",
             "--l0-lambda", "0.02", "--optimizer", "gate_adam", "--adam-betas", "(0.9,0.98)",
@@ -69,6 +86,8 @@ def start_variant(args, processes: int, threads: int):
     save_dir = tempfile.mkdtemp(prefix="train_parallel_")
     command = train_command(args, save_dir, processes)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    if args.model == "europarl":  # as the CPU recipe runs its trainings
+        env.update(allocator_env(cpu_recipe_allocator(), env))
     if processes > 1:
         quoted = " ".join(f"'{a}'" for a in command)
         command = ["torchrun", "--nproc_per_node", str(processes), "--master_port", str(free_port()),
@@ -107,6 +126,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-bin", required=True)
     parser.add_argument("--checkpoint", required=True, help="a plain transformer of the recipe's size")
+    parser.add_argument("--model", choices=sorted(MODELS), default="multi30k")
+    parser.add_argument("--variants", help="a comma-separated subset of the variants (default: all)")
     parser.add_argument("-s", "--src", default="en")
     parser.add_argument("-t", "--tgt", default="de")
     parser.add_argument("--updates", type=int, default=40)
@@ -119,6 +140,11 @@ def main():
     n = args.cores
     variants = {"1proc-1thread": (1, 1, 1), f"1proc-{n}threads": (1, n, 1), f"{n}proc-1thread": (n, 1, 1),
                 f"{n}chains-1thread": (1, 1, n)}
+    if args.variants:
+        unknown = set(args.variants.split(",")) - set(variants)
+        if unknown:
+            parser.error(f"--variants: {', '.join(sorted(unknown))} not among {', '.join(variants)}")
+        variants = {name: variants[name] for name in args.variants.split(",")}
     rounds = {name: [] for name in variants}
     names = list(variants)
     for r in range(args.rounds):
@@ -128,20 +154,20 @@ def main():
     best = {name: min(x["seconds_per_update"] for x in rs) for name, rs in rounds.items()}
     aggregate = {name: min(x.get("aggregate_seconds_per_update", x["seconds_per_update"]) for x in rs)
                  for name, rs in rounds.items()}
-    single = best["1proc-1thread"]
+    reference = next(iter(variants))  # the speed-ups' unit: 1proc-1thread unless --variants leaves it out
+    single = best[reference]
     result = {
         "benchmark": "train_parallel_cpu",
-        "workload": "L0 fine-tune, all types gated, 6+6 x 8 heads d=128, 4096 tokens/update, "
-                    "Multi30k en-de, from the shared baseline",
+        "workload": WORKLOADS[args.model] + f", from {args.checkpoint}",
         "updates": args.updates, "rounds": args.rounds, "machine": machine_info(),
         "seconds_per_update_best_round": best,
-        "speedup_over_1proc_1thread": {name: single / s for name, s in best.items()},
+        f"speedup_over_{reference}": {name: single / s for name, s in best.items()},
         "machine_seconds_per_update_best_round": aggregate,
-        "throughput_over_1proc_1thread": {name: single / s for name, s in aggregate.items()},
+        f"throughput_over_{reference}": {name: single / s for name, s in aggregate.items()},
         "rounds_detail": rounds,
     }
     write_text_atomic(args.out, json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result["seconds_per_update_best_round"]), json.dumps(result["speedup_over_1proc_1thread"]))
+    print(json.dumps(result["seconds_per_update_best_round"]), json.dumps(result[f"throughput_over_{reference}"]))
 
 
 if __name__ == "__main__":

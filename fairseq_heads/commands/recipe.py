@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+from typing import Optional
 
 from ..cpu_memory import GPU_RECIPE_ALLOCATOR, allocator_env, cpu_recipe_allocator
 from ..errors import CommandError
@@ -35,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run these steps again although their keys are unchanged (after an edit of the "
                              "code they run; globs, e.g. 'stats*,bleu_*'), and the steps that read them")
     parser.add_argument("--jobs", type=int, default=1,
-                        help="training steps run side by side (default: %(default)s)")
+                        help="training steps run side by side (default: %(default)s); on a CPU recipe run here, "
+                             "each gets cores/jobs threads unless OMP_NUM_THREADS is set")
     parser.add_argument("--pack", default=None, metavar="ARCHIVE.tar.gz",
                         help="after every step, write the committed subset of the results here")
     parser.add_argument("--dry-run", action="store_true", help="print each step, its key and state; run nothing")
@@ -50,9 +52,10 @@ def default_data_root() -> str:
     return os.path.join(os.path.dirname(repo), "shared", "data")
 
 
-def step_environment(config, user_dir: str, environ) -> dict:
+def step_environment(config, user_dir: str, environ, jobs: int = 1, cores: Optional[int] = None) -> dict:
     """The environment of the processes a recipe starts: `environ` with fairseq_heads importable,
-    unbuffered output, and the memory settings of cpu_memory.py."""
+    unbuffered output, the memory settings of cpu_memory.py, and on a CPU recipe run here with
+    `jobs` > 1, the `cores` shared among the trainings side by side (OMP_NUM_THREADS, unless set)."""
     env = dict(environ)
     # fairseq-train run as a module finds fairseq_heads where this process found it
     env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(user_dir), env.get("PYTHONPATH")) if p)
@@ -61,6 +64,11 @@ def step_environment(config, user_dir: str, environ) -> dict:
     # glibc): page faults and glibc's free lists were a third of a CPU training's time (cpu_memory.py)
     on_cpu = getattr(getattr(config, "nmt", config), "cpu", True)
     env.update(allocator_env(cpu_recipe_allocator() if on_cpu else GPU_RECIPE_ALLOCATOR, env))
+    if on_cpu and jobs > 1 and "OMP_NUM_THREADS" not in env:
+        # each training's threads on cores of its own: two 1-thread Europarl L0 phases side by side
+        # did 1.25x the updates of one 2-thread phase on 2 cores (train_parallel_cpu_europarl_*.json);
+        # torch's default, a thread per core in each, would oversubscribe them
+        env["OMP_NUM_THREADS"] = str(max(1, (cores or os.cpu_count() or 1) // jobs))
     return env
 
 
@@ -91,7 +99,8 @@ def build_runner(args):
         raise CommandError(f"--pack {args.pack}: the archive's name must end in .tar.gz")
     run_name = packed_run_name(args.recipe, args.scale, config)
     on_step_done = (lambda runner: pack(runner.results, args.pack, run_name)) if args.pack else None
-    env = step_environment(config, user_dir, os.environ)
+    local = getattr(args, "executor", "local") == "local"  # SLURM jobs run on other machines' cores
+    env = step_environment(config, user_dir, os.environ, jobs=args.jobs if local else 1)
     only = [s for s in args.only.split(",") if s] if args.only else None
     launch = None
     if getattr(args, "executor", "local") == "slurm" and not args.dry_run:

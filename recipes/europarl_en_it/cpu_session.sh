@@ -35,12 +35,18 @@ carried_sets() {  # the --set options of the invocation the pack was made under
         "$CARRY/carry.json"
 }
 
-last_saved() {  # "LOG @ UPDATE" of the last checkpoint a training of RESULTS saved (the newest log
-    # that records one: the baseline's, later the protocol's phases'), or "none"
-    local log
-    log=$(grep -l 'Saved checkpoint' "$R"/logs/*.log 2>/dev/null | xargs -r ls -t | head -1)
-    { [ -n "$log" ] && grep -o 'Saved checkpoint .*(epoch [0-9]* @ [0-9]* updates' "$log" | tail -1 \
-        | sed -E "s|.*@ ([0-9]+) updates|$(basename "$log" .log) @ \1|"; } || echo none
+running_trainings() {  # "PID LOG" of each fairseq-train of RESULTS that runs now
+    local pid dir models
+    models=$(cd "$R" && pwd)/models/
+    for pid in $(pgrep -f fairseq_cli.train || true); do
+        dir=$(tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | grep -A1 -x -- --save-dir | tail -1 || true)
+        case $dir in "$models"*) echo "$pid $R/logs/$(basename "$dir" .partial).log" ;; esac
+    done
+}
+
+saved_update() {  # the update of the last checkpoint LOG says its training saved (empty: none yet)
+    { grep -o 'Saved checkpoint .*(epoch [0-9]* @ [0-9]* updates' "$1" 2>/dev/null || true; } \
+        | tail -1 | sed -E 's/.*@ ([0-9]+) updates/\1/'
 }
 
 memory_env() {  # NAME=VALUE of the recipes' memory settings, for the watcher (fairseq_heads/cpu_memory.py)
@@ -69,8 +75,13 @@ start)
     else
         echo "cpu_session: $R/models already holds $STEP; the carried state is not laid out"
     fi
-    # the whole recipe: the baseline, and once it has stopped, the paper's protocol on it
-    setsid nohup fairseq-heads recipe europarl_en_it --scale cpu "${SETS[@]}" --results "$R" \
+    # the whole recipe: the baseline, and once it has stopped, the paper's protocol on it; the
+    # protocol's phases two at a time on a core each once the baseline is done (1.25x the updates
+    # of one on both cores: benchmarks/results/train_parallel_cpu_europarl_xeon_amx.json); the
+    # baseline alone on both cores
+    jobs=1
+    if [ -d "$R/models/$STEP" ]; then jobs=2; fi
+    setsid nohup fairseq-heads recipe europarl_en_it --scale cpu "${SETS[@]}" --results "$R" --jobs "$jobs" \
         > "$R/session_recipe.out" 2>&1 < /dev/null &
     echo $! > "$PIDS"
     sleep 60  # the watcher reads the recipe.json the recipe has just written
@@ -83,15 +94,29 @@ start)
 stop)
     [ -f "$PIDS" ] || { echo "cpu_session: no $PIDS: nothing started here" >&2; exit 2; }
     if [ -z "${STOP_NOW:-}" ]; then
-        from=$(last_saved)
-        echo "cpu_session: waiting for the checkpoint after $from"
-        # (a recipe that ended by itself, its last training's plateau stop or an error, saves no more)
-        while [ "$(last_saved)" = "$from" ] && kill -0 -- "-$(head -1 "$PIDS")" 2>/dev/null; do
-            sleep 20  # the recipe's process group is the file's first line
+        # each training that runs (the baseline, or the protocol's phases side by side) is paused
+        # (SIGSTOP) once it has saved its next checkpoint, so that none loses what it trained
+        mapfile -t pending < <(running_trainings)
+        declare -A from
+        for t in "${pending[@]}"; do read -r pid log <<< "$t"; from[$pid]=$(saved_update "$log"); done
+        echo "cpu_session: waiting for the next checkpoint of ${#pending[@]} training(s)"
+        while [ ${#pending[@]} -gt 0 ]; do
+            still=()
+            for t in "${pending[@]}"; do
+                read -r pid log <<< "$t"
+                kill -0 "$pid" 2>/dev/null || continue  # ended by itself (its plateau stop, an error)
+                if [ "$(saved_update "$log")" != "${from[$pid]}" ]; then
+                    kill -STOP "$pid"; echo "cpu_session: $(basename "$log" .log) paused at update $(saved_update "$log")"
+                else
+                    still+=("$t")
+                fi
+            done
+            pending=("${still[@]}")
+            if [ ${#pending[@]} -gt 0 ]; then sleep 20; fi
         done
     fi
-    echo "cpu_session: stopping at the checkpoint of $(last_saved)"
-    while read -r pid; do kill -TERM -- "-$pid" 2>/dev/null || true; done < "$PIDS"
+    echo "cpu_session: stopping"
+    while read -r pid; do kill -TERM -- "-$pid" 2>/dev/null || true; kill -CONT -- "-$pid" 2>/dev/null || true; done < "$PIDS"
     while read -r pid; do while kill -0 -- "-$pid" 2>/dev/null; do sleep 2; done; done < "$PIDS"
     rm -f "$PIDS"
     # shellcheck disable=SC2046

@@ -83,3 +83,13 @@ def test_cpu_env_prints_export_lines_a_shell_takes_back(tmp_path):
     base = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "THP_MEM_ALLOC_ENABLE")}
     done = subprocess.run(["bash", str(script)], env=base, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "|".join(allocator_env("cached_thp", base)[k] for k in ("GLIBC_TUNABLES", "THP_MEM_ALLOC_ENABLE"))
+
+
+def test_cpu_recipe_jobs_share_the_cores_unless_the_user_set_the_threads():
+    one = step_environment(EUROPARL_CPU, "/r/fairseq_heads", {}, jobs=1, cores=8)
+    assert "OMP_NUM_THREADS" not in one  # a training alone takes torch's default, every core
+    assert step_environment(EUROPARL_CPU, "/r/fairseq_heads", {}, jobs=2, cores=8)["OMP_NUM_THREADS"] == "4"
+    assert step_environment(EUROPARL_CPU, "/r/fairseq_heads", {}, jobs=3, cores=2)["OMP_NUM_THREADS"] == "1"
+    assert step_environment(EUROPARL_CPU, "/r/fairseq_heads", {"OMP_NUM_THREADS": "2"}, jobs=2,
+                            cores=2)["OMP_NUM_THREADS"] == "2"
+    assert "OMP_NUM_THREADS" not in step_environment(EUROPARL_BASE_GPU, "/r/fairseq_heads", {}, jobs=3, cores=16)
