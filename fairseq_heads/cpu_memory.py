@@ -20,8 +20,10 @@ benchmarks/cpu_allocator.py measures the variants side by side (benchmarks/resul
 The settings are read when a process starts (GLIBC_TUNABLES and LD_PRELOAD by the dynamic loader),
 so they go in the environment of the processes the recipes start (`fairseq-heads recipe`: its
 trainings and analyses), not in the running one. A user's own fairseq-train gets the same after
-`eval "$(fairseq-heads cpu-env)"` (commands/cpu_env.py). Only glibc reads GLIBC_TUNABLES,
-and the mimalloc wheel is Linux x86-64's: elsewhere the recipes keep the allocator as it comes.
+`eval "$(fairseq-heads cpu-env)"` (commands/cpu_env.py). The mimalloc wheel is Linux x86-64's;
+without it the recipes set glibc's tunables, which other C libraries (musl, macOS) ignore. A
+path in LD_PRELOAD that a machine lacks (a SLURM node without this .venv) is skipped by its
+loader with a warning.
 """
 import importlib.metadata
 import os
