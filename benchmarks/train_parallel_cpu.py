@@ -155,19 +155,20 @@ def main():
     aggregate = {name: min(x.get("aggregate_seconds_per_update", x["seconds_per_update"]) for x in rs)
                  for name, rs in rounds.items()}
     reference = next(iter(variants))  # the speed-ups' unit: 1proc-1thread unless --variants leaves it out
+    unit = reference.replace("-", "_")  # the keys as the earlier JSON spells them (speedup_over_1proc_1thread)
     single = best[reference]
     result = {
         "benchmark": "train_parallel_cpu",
         "workload": WORKLOADS[args.model] + f", from {args.checkpoint}",
         "updates": args.updates, "rounds": args.rounds, "machine": machine_info(),
         "seconds_per_update_best_round": best,
-        f"speedup_over_{reference}": {name: single / s for name, s in best.items()},
+        f"speedup_over_{unit}": {name: single / s for name, s in best.items()},
         "machine_seconds_per_update_best_round": aggregate,
-        f"throughput_over_{reference}": {name: single / s for name, s in aggregate.items()},
+        f"throughput_over_{unit}": {name: single / s for name, s in aggregate.items()},
         "rounds_detail": rounds,
     }
     write_text_atomic(args.out, json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result["seconds_per_update_best_round"]), json.dumps(result[f"throughput_over_{reference}"]))
+    print(json.dumps(result["seconds_per_update_best_round"]), json.dumps(result[f"throughput_over_{unit}"]))
 
 
 if __name__ == "__main__":

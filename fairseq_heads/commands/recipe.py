@@ -103,7 +103,7 @@ def build_runner(args):
     env = step_environment(config, user_dir, os.environ, jobs=args.jobs if local else 1)
     only = [s for s in args.only.split(",") if s] if args.only else None
     launch = None
-    if getattr(args, "executor", "local") == "slurm" and not args.dry_run:
+    if not local and not args.dry_run:
         from ..pipeline.slurm import slurm_parameters, submitit_launcher
 
         parameters = slurm_parameters(args.slurm, getattr(getattr(config, "nmt", config), "cpu", True))

@@ -49,9 +49,9 @@ saved_update() {  # the update of the last checkpoint LOG says its training save
         | tail -1 | sed -E 's/.*@ ([0-9]+) updates/\1/'
 }
 
-memory_env() {  # NAME=VALUE of the recipes' memory settings, for the watcher (fairseq_heads/cpu_memory.py)
-    "$PY" -c 'import os; from fairseq_heads.cpu_memory import allocator_env, cpu_recipe_allocator as a
-print(" ".join(f"{k}={v}" for k, v in allocator_env(a(), os.environ).items()))'
+with_memory_env() {  # execs its arguments under the recipes' memory settings (`fairseq-heads cpu-env`):
+    # call it as a background job (its pid is then the command's) or in a subshell
+    eval "$(fairseq-heads cpu-env)"; exec "$@"
 }
 
 session_runs() {  # whether a process group of RESULTS/session.pids is still alive
@@ -85,8 +85,7 @@ start)
         > "$R/session_recipe.out" 2>&1 < /dev/null &
     echo $! > "$PIDS"
     sleep 60  # the watcher reads the recipe.json the recipe has just written
-    # shellcheck disable=SC2046
-    env $(memory_env) OMP_NUM_THREADS=1 setsid nohup "$PY" recipes/europarl_en_it/watch_formation.py "$R" --every 2 \
+    with_memory_env env OMP_NUM_THREADS=1 setsid nohup "$PY" recipes/europarl_en_it/watch_formation.py "$R" --every 2 \
         > "$R/session_watch.out" 2>&1 < /dev/null &
     echo $! >> "$PIDS"
     echo "cpu_session: training and watcher started (process groups $(tr '\n' ' ' < "$PIDS")); $R/logs/$STEP.log"
@@ -119,8 +118,7 @@ stop)
     while read -r pid; do kill -TERM -- "-$pid" 2>/dev/null || true; kill -CONT -- "-$pid" 2>/dev/null || true; done < "$PIDS"
     while read -r pid; do while kill -0 -- "-$pid" 2>/dev/null; do sleep 2; done; done < "$PIDS"
     rm -f "$PIDS"
-    # shellcheck disable=SC2046
-    env $(memory_env) OMP_NUM_THREADS=2 "$PY" recipes/europarl_en_it/watch_formation.py "$R" --every 2 --once
+    (with_memory_env env OMP_NUM_THREADS=2 "$PY" recipes/europarl_en_it/watch_formation.py "$R" --every 2 --once)
     fairseq-heads carry pack "$R" "$CARRY"
     echo "cpu_session: packed; now git add $CARRY (and publish: docs/results/europarl_en_it_cpu/README.md)"
     ;;
