@@ -116,3 +116,34 @@ def test_the_lm_recipe_reuses_its_baseline_where_it_was_trained_to_patience_on_t
     assert start["scratch_l0_0.5_conv_s1"].argv is not None        # a pruned layout too
     fixed = {s.name: s for s in recipe_steps(LM_MARKOV_CONVERGED, "/data", "/user_dir")}
     assert fixed["scratch_l0_0_conv_s1"].argv is not None           # a baseline of 2,000 fixed updates
+
+
+def test_the_europarl_cpu_session_reuses_its_seed_2_baseline_and_keeps_three_headline_seeds():
+    """recipes/europarl_en_it/cpu_session.sh runs the recipe at baseline seed 2; its fine-tune
+    seeds begin with 2, so the full layout from scratch at the first seed is that baseline (no
+    second baseline-length training), the headline point and its control still run at three seeds,
+    and the setting leaves the carried baseline's key as it was under train.seed=2 alone."""
+    import re
+    import shlex
+
+    from fairseq_heads.pipeline.config import apply_overrides
+    from fairseq_heads.pipeline.recipes import EUROPARL_CPU
+    from fairseq_heads.pipeline.step_keys import compute_keys
+
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "recipes", "europarl_en_it", "cpu_session.sh")
+    words = shlex.split(re.search(r"^SETS=\((.*)\)", open(script).read(), re.M).group(1))
+    overrides = [words[i + 1] for i, w in enumerate(words) if w == "--set"]
+    assert "train.seed=2" in overrides
+    c = apply_overrides(EUROPARL_CPU, overrides)
+    steps = {s.name: s for s in recipe_steps(c, "/data", "/user_dir")}
+    first = c.converged.seeds[0]
+    assert first == c.train.seed
+    reused = steps[f"scratch_all_l0_0_conv_s{first}_s2"]
+    assert reused.call is not None and reused.argv is None and "baseline_s2" in reused.inputs
+    assert [s for s in steps if s.startswith("scratch_") and steps[s].argv is not None] == \
+        [f"scratch_all_l0_0.005_conv_s{first}_s2"]
+    headline = sorted(s for s in steps if re.fullmatch(r"enc_l0_0\.005_conv_s\d_s2", s))
+    assert len(headline) == len(set(c.converged.seeds)) == 3
+    alone = apply_overrides(EUROPARL_CPU, ["train.seed=2"])
+    assert (compute_keys(list(steps.values()))["baseline_s2"]
+            == compute_keys(recipe_steps(alone, "/data", "/user_dir"))["baseline_s2"])
