@@ -265,9 +265,10 @@ def plot_formation(runs, path: str, thresholds=(0.9, 0.1, 0.5)) -> None:
     axes[2].legend(fontsize=8)
     # below the panel, on the twin axis (drawn last) and with BLEU's lines: inside it, the legend
     # covered the confidence curves once a second seed doubled its entries
-    handles, labels = (sum(pair, []) for pair in zip(axes[3].get_legend_handles_labels(),
-                                                     bleu.get_legend_handles_labels()))
-    bleu.legend(handles, labels, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
+    confidence_handles, confidence_labels = axes[3].get_legend_handles_labels()
+    bleu_handles, bleu_labels = bleu.get_legend_handles_labels()
+    bleu.legend(confidence_handles + bleu_handles, confidence_labels + bleu_labels, fontsize=7,
+                loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
